@@ -31,10 +31,11 @@ def bf16(x: np.ndarray) -> np.ndarray:
 
 
 def narrow(x: np.ndarray, bits: int | None = None) -> np.ndarray:
-    """Round to a ``bits``-bit significand (default ``ACCUMULATOR_BITS``; nearest even)."""
-    bits = ACCUMULATOR_BITS if bits is None else bits
-    mantissa, exponent = np.frexp(x)
-    return np.ldexp(np.round(mantissa * (1 << bits)) / (1 << bits), exponent)
+    """Round float64 to a ``bits``-bit significand (default ``ACCUMULATOR_BITS``; nearest even)."""
+    drop = 53 - (ACCUMULATOR_BITS if bits is None else bits)
+    raw = np.asarray(x, dtype=np.float64).view(np.int64)
+    half = np.int64((1 << (drop - 1)) - 1) + ((raw >> drop) & 1)
+    return ((raw + half) & np.int64(-(1 << drop))).view(np.float64)
 
 
 def _f32(x: np.ndarray) -> np.ndarray:
@@ -93,17 +94,21 @@ def _exp(x: np.ndarray, poly: bool) -> np.ndarray:
     return _f32(np.ldexp(np.polyval(EXP2_POLY, (y - n).astype(np.float64)), n.astype(np.int64)))
 
 
+def _pv(p: np.ndarray, v: np.ndarray) -> np.ndarray:
+    """P V for fp32 P and bf16-valued V, accumulated wide and rounded once to fp32."""
+    return _f32(p.astype(np.float64) @ v)
+
+
 def _attend(logits: np.ndarray, mask: np.ndarray, v: np.ndarray, softmax: str, block_n: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Emulated attention over a key range: fp32 (unnormalised O, running max, running sum)."""
     rows, keys = logits.shape
     neg = np.float32(-np.inf)
     logits = np.where(mask, _f32(logits), neg)
-    v32 = _f32(v)
     if softmax == "two_pass":
         m = logits.max(axis=1)
         safe = np.where(np.isfinite(m), m, 0)
         p = np.where(mask, np.exp(logits - safe[:, None]), 0).astype(np.float32)
-        return (p[:, :, None] * v32[None]).sum(axis=1, dtype=np.float32), safe, p.sum(axis=1, dtype=np.float32)
+        return _pv(p, v), safe, p.sum(axis=1, dtype=np.float32)
     poly = softmax == "approx_poly"
     normalised = softmax == "online"     # FA1-style: O kept normalised every block
     m = np.full(rows, neg, dtype=np.float32)
@@ -116,7 +121,7 @@ def _attend(logits: np.ndarray, mask: np.ndarray, v: np.ndarray, softmax: str, b
         safe = np.where(np.isfinite(m_new), m_new, 0).astype(np.float32)
         alpha = np.where(np.isfinite(m), _exp(m - safe, poly), 0).astype(np.float32)
         p = np.where(live, _exp(blk - safe[:, None], poly), 0).astype(np.float32)
-        pv = (p[:, :, None] * v32[None, start:start + block_n]).sum(axis=1, dtype=np.float32)
+        pv = _pv(p, v[start:start + block_n])
         s_new = (s_sum * alpha + p.sum(axis=1, dtype=np.float32)).astype(np.float32)
         if normalised:
             ratio = np.where(s_new > 0, s_sum * alpha / np.where(s_new > 0, s_new, 1), 0).astype(np.float32)
@@ -129,13 +134,19 @@ def _attend(logits: np.ndarray, mask: np.ndarray, v: np.ndarray, softmax: str, b
     return o, np.where(np.isfinite(m), m, 0).astype(np.float32), s_sum
 
 
+@cache
+def _logits(case: Case, accum: str, block_k: int, separate: bool) -> np.ndarray:
+    """Scaled scores (fp32) as the plan computes them; the costly part, shared by many signatures."""
+    q, k, _, _, _ = case_inputs(case)
+    logits = _f32(_dot(q, k, accum, block_k)) * np.float32(case.spread / np.sqrt(case.d))
+    return _f32(narrow(logits.astype(np.float64))) if separate else logits
+
+
 def emulate(case: Case, accum: str, softmax: str, block_n: int, block_k: int, split_k: int, epilogue: str) -> np.ndarray:
     """Emulated output rows (float64) of ``case`` under the given numeric knobs."""
-    q, k, v, mask, _ = case_inputs(case)
-    scale = np.float32(case.spread / np.sqrt(case.d))
-    logits = _f32(_dot(q, k, accum, min(block_k, case.d))) * scale
-    if epilogue == "separate":
-        logits = _f32(narrow(logits.astype(np.float64)))
+    q, _, v, mask, _ = case_inputs(case)
+    chunk = min(block_k, case.d) if accum == "tree" else case.d        # only tree reads block_k
+    logits = _logits(case, accum, chunk, epilogue == "separate")
     kv_blocks = -(-case.s // block_n)
     part = -(-kv_blocks // split_k) * block_n
     partials = [_attend(logits[:, a:a + part], mask[:, a:a + part], v[a:a + part], softmax, block_n)
