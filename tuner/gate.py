@@ -1,0 +1,100 @@
+"""The verification gate and the only writer of ``kernel_plan.json``.
+
+A candidate passes when it is correct in both modes, improves dev and does not regress final
+against the current plan. Applying is a dry run unless asked; the real write keeps a timestamped
+backup and is atomic; :func:`rollback` restores the latest backup.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tuner.objectives import Objective
+from tuner.plan import Plan, diff, encode, plan_hash, plan_json
+from tuner.workspace import Workspace, WorkspaceError, atomic_write
+
+BACKUP_DIR = ".harnessgym/backups"
+
+
+def measure(objective: Objective, plan: Plan) -> dict[str, dict[str, Any]]:
+    """``best_cycles``, ``correct`` and ``max_abs`` of a plan in both modes."""
+    out = {}
+    for mode in ("dev", "final"):
+        result = objective.evaluate(encode(plan)[None], mode)
+        cycles = float(result.cycles[0])
+        out[mode] = {"best_cycles": int(cycles) if np.isfinite(cycles) else None, "correct": bool(result.correct[0]),
+                     "max_abs": None if np.isnan(result.max_abs[0]) else float(result.max_abs[0])}
+    return out
+
+
+def verdict(candidate: dict[str, dict[str, Any]], current: dict[str, dict[str, Any]]) -> tuple[bool, list[str]]:
+    """Whether ``candidate`` may replace ``current``, and the reasons when it may not."""
+    reasons = [f"not correct in {m} mode (max_abs {candidate[m]['max_abs']})" for m in ("dev", "final") if not candidate[m]["correct"]]
+    dev, final = candidate["dev"]["best_cycles"], candidate["final"]["best_cycles"]
+    if dev is None or final is None:
+        reasons.append("infeasible")
+    else:
+        if current["dev"]["best_cycles"] is not None and dev >= current["dev"]["best_cycles"]:
+            reasons.append(f"does not improve dev ({dev} >= {current['dev']['best_cycles']})")
+        if current["final"]["best_cycles"] is not None and final > current["final"]["best_cycles"]:
+            reasons.append(f"regresses final ({final} > {current['final']['best_cycles']})")
+    return not reasons, reasons
+
+
+def gate(objective: Objective, workspace: Workspace, candidate: Plan) -> dict[str, Any]:
+    """The gate's report for ``candidate`` against the workspace's current plan."""
+    current = workspace.current_plan()
+    cand_metrics, current_metrics = measure(objective, candidate), measure(objective, current)
+    passed, reasons = verdict(cand_metrics, current_metrics)
+    return {"passed": passed, "reasons": reasons, "candidate_hash": plan_hash(candidate), "current_hash": plan_hash(current),
+            "candidate": cand_metrics, "current": current_metrics, "diff": diff(current, candidate)}
+
+
+def _stamp() -> str:
+    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+
+
+def apply(objective: Objective, workspace: Workspace, candidate: Plan, dry_run: bool = True) -> dict[str, Any]:
+    """Gate ``candidate`` and, unless ``dry_run``, write it as ``kernel_plan.json`` (backup kept)."""
+    report = gate(objective, workspace, candidate)
+    report |= {"dry_run": dry_run, "applied": False, "backup": None}
+    if report["passed"] and not dry_run:
+        backup = workspace.path(f"{BACKUP_DIR}/kernel_plan.{_stamp()}.json")
+        atomic_write(backup, workspace.plan_path.read_text(encoding="utf-8"))
+        atomic_write(workspace.plan_path, plan_json(candidate))
+        report |= {"applied": True, "backup": str(backup.relative_to(workspace.root))}
+    return report
+
+
+def backups(workspace: Workspace) -> list[Path]:
+    """Backups of ``kernel_plan.json``, oldest first."""
+    folder = workspace.root / BACKUP_DIR
+    return sorted(folder.glob("kernel_plan.*.json")) if folder.is_dir() else []
+
+
+def rollback(workspace: Workspace, backup: str | None = None, dry_run: bool = True) -> dict[str, Any]:
+    """Restore ``kernel_plan.json`` from ``backup`` (default: the latest, so repeated rollbacks walk back).
+
+    The restored backup leaves the stack; the plan it replaces is kept as ``rolled-back.*.json``.
+    """
+    if backup is None:
+        found = backups(workspace)
+        if not found:
+            raise WorkspaceError(f"no backups in {BACKUP_DIR}: nothing to roll back")
+        source = found[-1]
+    else:
+        source = workspace.path(backup)
+        if not source.is_file() or source.parent != (workspace.root / BACKUP_DIR).resolve():
+            raise WorkspaceError(f"{backup!r} is not a backup in {BACKUP_DIR}")
+    text = source.read_text(encoding="utf-8")
+    report: dict[str, Any] = {"restored_from": str(Path(source).relative_to(workspace.root)), "dry_run": dry_run, "rolled_back": False}
+    if not dry_run:
+        atomic_write(workspace.path(f"{BACKUP_DIR}/rolled-back.{_stamp()}.json"), workspace.plan_path.read_text(encoding="utf-8"))
+        atomic_write(workspace.plan_path, text)
+        source.unlink()
+        report["rolled_back"] = True
+    return report

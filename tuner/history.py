@@ -1,0 +1,251 @@
+"""Search history: one database (SQLite by default, any SQLAlchemy URL) that is also the cache.
+
+Optuna's own schema holds a study per search run and its trials, so optuna-dashboard shows them.
+Two plain tables sit beside it: ``tuner_evaluations``, the evaluation cache keyed by objective,
+mode and plan hash, and ``tuner_sweeps``, the progress of each search (for resuming). Every write
+is one transaction (``BEGIN IMMEDIATE`` on SQLite), so a kill at any moment leaves the last
+committed batch intact and several processes can share one file.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.distributions import distribution_to_json
+from optuna.storages._rdb import models
+from optuna.trial import TrialState
+from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, Text, create_engine, event, insert, select
+from sqlalchemy.dialects.sqlite import insert as sqlite_insert
+from sqlalchemy.exc import OperationalError, SQLAlchemyError
+
+from tuner.knobs import KNOBS
+from tuner.plan import decode, plan_hash
+from tuner.space import DISTRIBUTIONS, to_params
+
+DEFAULT_PATH = Path("studies") / "history.db"
+_META = MetaData()
+EVALUATIONS = Table(
+    "tuner_evaluations", _META,
+    Column("objective", String(64), primary_key=True),
+    Column("mode", String(16), primary_key=True),
+    Column("plan_hash", String(16), primary_key=True),
+    Column("best_cycles", Float, nullable=True),
+    Column("correct", Integer, nullable=False),
+    Column("max_abs", Float, nullable=True),
+    Column("plan", Text, nullable=False),
+)
+SWEEPS = Table(
+    "tuner_sweeps", _META,
+    Column("study_name", String(512), primary_key=True),
+    Column("strategy", String(32), nullable=False),
+    Column("objective", String(64), nullable=False),
+    Column("mode", String(16), nullable=False),
+    Column("target", String(512), nullable=False),
+    Column("state", String(16), nullable=False),       # running | done
+    Column("evaluations", Integer, nullable=False),
+    Column("progress", Text, nullable=False),           # strategy-specific JSON (resume point)
+    Column("updated", String(32), nullable=False),
+)
+
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class HistoryError(RuntimeError):
+    """The history database cannot be opened or written."""
+
+
+@dataclass
+class Row:
+    """One evaluation: ``cycles`` is ``best_cycles`` (``None`` where infeasible)."""
+
+    plan_hash: str
+    cycles: float | None
+    correct: bool
+    max_abs: float | None
+    idx: np.ndarray = field(repr=False)
+
+
+@dataclass
+class TrialRecord:
+    """A trial to store: the plan, its dev value (``None`` when pruned) and user attributes."""
+
+    idx: np.ndarray
+    value: float | None
+    attrs: dict[str, Any]
+
+
+def resolve_url(target: str | Path | None) -> str:
+    """SQLAlchemy URL of ``target``: a URL as is, a path as a SQLite file (default ``studies/history.db``)."""
+    if target is None:
+        target = DEFAULT_PATH
+    text = str(target)
+    if "://" in text:
+        return text
+    return f"sqlite:///{Path(text).resolve()}"
+
+
+def _now() -> datetime:
+    return datetime.now(UTC).replace(tzinfo=None)
+
+
+def _sqlite_engine(url: str) -> Engine:
+    path = url.split("sqlite:///", 1)[1]
+    if path and path != ":memory:":
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+    engine = create_engine(url, connect_args={"timeout": 60})
+
+    @event.listens_for(engine, "connect")
+    def _connect(dbapi_connection: Any, _record: Any) -> None:
+        dbapi_connection.isolation_level = None            # we issue BEGIN ourselves
+        dbapi_connection.execute("PRAGMA busy_timeout = 60000")
+        dbapi_connection.execute("PRAGMA synchronous = NORMAL")
+
+    @event.listens_for(engine, "begin")
+    def _begin(connection: Any) -> None:
+        connection.exec_driver_sql("BEGIN IMMEDIATE")
+
+    with engine.connect() as connection:
+        connection.exec_driver_sql("PRAGMA journal_mode = WAL")
+    return engine
+
+
+class History:
+    """The history database at ``url`` (created on first use)."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.sqlite = url.startswith("sqlite")
+        try:
+            self.engine = _sqlite_engine(url) if self.sqlite else create_engine(url)
+            _META.create_all(self.engine)
+            self.storage = self._optuna_storage()
+        except SQLAlchemyError as exc:
+            raise HistoryError(f"cannot open history {url!r}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from None
+
+    def _optuna_storage(self) -> optuna.storages.RDBStorage:
+        kwargs = {"connect_args": {"timeout": 60}} if self.sqlite else {}
+        for attempt in range(20):                            # concurrent first use may race on schema creation
+            try:
+                return optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs)
+            except (SQLAlchemyError, optuna.exceptions.StorageInternalError, RuntimeError):
+                if attempt == 19:
+                    raise
+                time.sleep(0.1 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    # --- evaluation cache -------------------------------------------------------------------
+
+    def cached(self, objective: str, mode: str, hashes: Iterable[str] | None = None) -> dict[str, Row]:
+        """Cached evaluations of ``objective`` in ``mode`` (all, or those of ``hashes``)."""
+        query = select(EVALUATIONS).where(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode)
+        wanted = None if hashes is None else set(hashes)
+        rows: dict[str, Row] = {}
+        with self.engine.connect() as connection:
+            for r in connection.execute(query):
+                if wanted is not None and r.plan_hash not in wanted:
+                    continue
+                rows[r.plan_hash] = Row(r.plan_hash, r.best_cycles, bool(r.correct), r.max_abs,
+                                        np.array(json.loads(r.plan), dtype=np.int16))
+        return rows
+
+    # --- studies ----------------------------------------------------------------------------
+
+    def study(self, name: str) -> optuna.Study:
+        """The Optuna study ``name`` (created, minimizing, when new)."""
+        for attempt in range(20):
+            try:
+                return optuna.create_study(storage=self.storage, study_name=name, direction="minimize", load_if_exists=True)
+            except (SQLAlchemyError, optuna.exceptions.StorageInternalError):
+                if attempt == 19:
+                    raise
+                time.sleep(0.1 * (attempt + 1))
+        raise AssertionError("unreachable")
+
+    def study_names(self) -> list[str]:
+        return [s.study_name for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)]
+
+    def trials(self, name: str) -> list[optuna.trial.FrozenTrial]:
+        """Completed and pruned trials of study ``name`` (empty when it does not exist)."""
+        if name not in self.study_names():
+            return []
+        return optuna.load_study(study_name=name, storage=self.storage).get_trials(deepcopy=False)
+
+    def sweep(self, name: str) -> dict[str, Any] | None:
+        """The progress record of search ``name``, or ``None``."""
+        with self.engine.connect() as connection:
+            row = connection.execute(select(SWEEPS).where(SWEEPS.c.study_name == name)).first()
+        if row is None:
+            return None
+        return {**row._mapping, "progress": json.loads(row.progress)}
+
+    def sweeps(self) -> list[dict[str, Any]]:
+        with self.engine.connect() as connection:
+            rows = connection.execute(select(SWEEPS).order_by(SWEEPS.c.study_name)).all()
+        return [{**r._mapping, "progress": json.loads(r.progress)} for r in rows]
+
+    # --- the one write path -----------------------------------------------------------------
+
+    def write(self, objective: str, mode: str, rows: list[Row], study_id: int | None = None,
+              trials: list[TrialRecord] = (), sweep: dict[str, Any] | None = None) -> None:  # type: ignore[assignment]
+        """Store evaluations, trials and a sweep record in one transaction."""
+        for attempt in range(10):
+            try:
+                with self.engine.begin() as connection:
+                    self._write(connection, objective, mode, rows, study_id, list(trials), sweep)
+                return
+            except OperationalError:
+                if attempt == 9:
+                    raise
+                time.sleep(0.05 * (attempt + 1))
+
+    def _write(self, connection: Any, objective: str, mode: str, rows: list[Row], study_id: int | None,
+               trials: list[TrialRecord], sweep: dict[str, Any] | None) -> None:
+        if rows:
+            values = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash, "best_cycles": r.cycles,
+                       "correct": int(r.correct), "max_abs": r.max_abs, "plan": json.dumps([int(i) for i in r.idx])}
+                      for r in rows]
+            statement = sqlite_insert(EVALUATIONS).on_conflict_do_nothing() if self.sqlite else insert(EVALUATIONS)
+            connection.execute(statement, values)
+        if trials and study_id is not None:
+            self._insert_trials(connection, study_id, trials)
+        if sweep is not None:
+            record = dict(sweep, progress=json.dumps(sweep["progress"]), updated=_now().isoformat(timespec="seconds"))
+            connection.execute(SWEEPS.delete().where(SWEEPS.c.study_name == record["study_name"]))
+            connection.execute(insert(SWEEPS), [record])
+
+    @staticmethod
+    def _insert_trials(connection: Any, study_id: int, trials: list[TrialRecord]) -> None:
+        trials_t, values_t = models.TrialModel.__table__, models.TrialValueModel.__table__
+        params_t, attrs_t = models.TrialParamModel.__table__, models.TrialUserAttributeModel.__table__
+        count = connection.execute(select(trials_t.c.trial_id).where(trials_t.c.study_id == study_id)).all()
+        now = _now()
+        ids = []
+        for number, record in enumerate(trials, start=len(count)):
+            state = TrialState.COMPLETE if record.value is not None else TrialState.PRUNED
+            result = connection.execute(insert(trials_t).values(number=number, study_id=study_id, state=state,
+                                                                datetime_start=now, datetime_complete=now))
+            ids.append(result.inserted_primary_key[0])
+        values, params, attrs = [], [], []
+        for trial_id, record in zip(ids, trials, strict=True):
+            if record.value is not None:
+                stored, kind = models.TrialValueModel.value_to_stored_repr(record.value)
+                values.append({"trial_id": trial_id, "objective": 0, "value": stored, "value_type": kind})
+            for knob, (name, value) in zip(KNOBS, to_params(record.idx).items(), strict=True):
+                dist = DISTRIBUTIONS[knob.name]
+                params.append({"trial_id": trial_id, "param_name": name, "param_value": dist.to_internal_repr(value),
+                               "distribution_json": distribution_to_json(dist)})
+            plan = decode(record.idx)
+            for key, value in {"plan_hash": plan_hash(plan), "plan": plan, **record.attrs}.items():
+                attrs.append({"trial_id": trial_id, "key": key, "value_json": json.dumps(value)})
+        if values:
+            connection.execute(insert(values_t), values)
+        connection.execute(insert(params_t), params)
+        connection.execute(insert(attrs_t), attrs)

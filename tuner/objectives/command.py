@@ -1,0 +1,92 @@
+"""The command objective: a workspace's own ``benchmark.py``, run in an isolated temporary copy.
+
+The candidate is written as the copy's ``kernel_plan.json``; the workspace's own plan is never
+touched. The arguments are a fixed list (no shell), so no plan value reaches a shell.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tuner.objectives.base import Evaluations
+from tuner.plan import decode, plan_json
+
+_IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.db", "*.db-*", "studies", ".pytest_cache")
+
+
+class ObjectiveError(RuntimeError):
+    """The workspace's benchmark could not score a plan (its message says why)."""
+
+
+class CommandObjective:
+    """Scores plans by running ``python benchmark.py --json --mode M`` of ``workspace``."""
+
+    def __init__(self, workspace: str | Path, python: str = sys.executable, timeout_s: float = 120.0) -> None:
+        self.workspace = Path(workspace).resolve()
+        script = self.workspace / "benchmark.py"
+        if not script.is_file():
+            raise ObjectiveError(f"no benchmark.py in workspace {str(self.workspace)!r}")
+        self.python = python
+        self.timeout_s = timeout_s
+        self.name = "command:" + hashlib.sha256(script.read_bytes()).hexdigest()[:12]
+        self._copy: Path | None = None
+
+    def _sandbox(self) -> Path:
+        if self._copy is None:
+            root = Path(tempfile.mkdtemp(prefix="tuner-objective-"))
+            self._copy = root / "workspace"
+            shutil.copytree(self.workspace, self._copy, ignore=_IGNORE, symlinks=True)
+        return self._copy
+
+    def close(self) -> None:
+        """Remove the private copy."""
+        if self._copy is not None:
+            shutil.rmtree(self._copy.parent, ignore_errors=True)
+            self._copy = None
+
+    def feasible(self, idx: np.ndarray) -> np.ndarray:
+        return np.ones(len(idx), dtype=bool)
+
+    def cycles(self, idx: np.ndarray, mode: str) -> np.ndarray:
+        return self.evaluate(idx, mode).cycles
+
+    def _run(self, plan_text: str, mode: str) -> dict[str, Any]:
+        copy = self._sandbox()
+        (copy / "kernel_plan.json").write_text(plan_text, encoding="utf-8")
+        try:
+            out = subprocess.run([self.python, "benchmark.py", "--json", "--mode", mode], cwd=copy,
+                                 capture_output=True, text=True, timeout=self.timeout_s, check=False)
+        except subprocess.TimeoutExpired:
+            raise ObjectiveError(f"benchmark.py --mode {mode} took over {self.timeout_s:g} s") from None
+        if out.returncode != 0:
+            raise ObjectiveError(f"benchmark.py --mode {mode} exited {out.returncode}: {out.stderr.strip()[-500:]}")
+        try:
+            return json.loads(out.stdout)
+        except json.JSONDecodeError:
+            raise ObjectiveError(f"benchmark.py --mode {mode} printed no JSON object: {out.stdout[:200]!r}") from None
+
+    def report(self, plan: dict[str, Any], mode: str) -> dict[str, Any]:
+        return self._run(plan_json(plan), mode)
+
+    def evaluate(self, idx: np.ndarray, mode: str) -> Evaluations:
+        n = len(idx)
+        cycles, correct, max_abs = np.full(n, np.inf), np.zeros(n, dtype=bool), np.full(n, np.nan)
+        for i, row in enumerate(np.asarray(idx)):
+            report = self._run(plan_json(decode(row)), mode)
+            if report.get("feasible", True) and report.get("best_cycles") is not None:
+                cycles[i] = float(report["best_cycles"])
+                correct[i] = bool(report.get("correct"))
+                max_abs[i] = float(report.get("max_abs", np.nan))
+        return Evaluations(cycles=cycles, correct=correct, max_abs=max_abs)
+
+    def __del__(self) -> None:
+        self.close()

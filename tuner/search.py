@@ -1,0 +1,238 @@
+"""A search run: the machinery every strategy shares.
+
+Strategies only propose plans; :class:`Search` filters out what is cheaply known infeasible,
+answers what the history already holds from the cache, scores the rest in batches, keeps the
+budgets, tracks the best correct plan, shows progress and writes history in bulk.
+"""
+
+from __future__ import annotations
+
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from tuner.history import History, Row, TrialRecord
+from tuner.objectives import Objective
+from tuner.plan import decode, plan_hash
+
+Progress = Callable[[int, int, str], None]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """What to search: ``strategy`` and its target; budgets count new evaluations and seconds."""
+
+    strategy: str
+    mode: str = "dev"
+    max_evals: int = 500
+    time_s: float | None = None
+    seed: int = 0
+    start: tuple[int, ...] | None = None        # index vector to start from (checkpoint, focused)
+    target: str = "space"                       # what the study is about: fixture, plan hash, profile
+    profile: str | None = None
+    include_final: bool = False
+
+    def study_name(self, objective: str) -> str:
+        """The study (and resume key) of this search against ``objective``."""
+        return f"{self.strategy}:{self.target}:{self.mode}:seed{self.seed}@{objective}"
+
+
+@dataclass
+class Candidate:
+    """A scored plan: dev cycles (``mode`` of the search) and, when checked, final cycles."""
+
+    idx: np.ndarray
+    cycles: float
+    correct: bool
+    final_cycles: float | None = None
+    final_correct: bool | None = None
+
+    def as_dict(self) -> dict[str, Any]:
+        plan = decode(self.idx)
+        out: dict[str, Any] = {"plan_hash": plan_hash(plan), "plan": plan, "cycles": int(self.cycles), "correct": self.correct}
+        if self.final_cycles is not None:
+            out |= {"final_cycles": int(self.final_cycles), "final_correct": self.final_correct}
+        return out
+
+
+@dataclass
+class Outcome:
+    """What a search did: new evaluations, cache hits, seconds, and its best candidates (best first)."""
+
+    study_name: str
+    strategy: str
+    evaluations: int
+    cached: int
+    seconds: float
+    stopped: str
+    top: list[Candidate] = field(default_factory=list)
+
+    @property
+    def best(self) -> Candidate | None:
+        return self.top[0] if self.top else None
+
+
+class Search:
+    """One run of ``spec`` against ``objective``, recorded in ``history``."""
+
+    def __init__(self, history: History, objective: Objective, spec: Spec, progress: Progress | None = None,
+                 should_stop: Callable[[], bool] | None = None, flush_every: int = 256, flush_seconds: float = 2.0) -> None:
+        self.history, self.objective, self.spec = history, objective, spec
+        self.name = spec.study_name(objective.name)
+        self.study = history.study(self.name)
+        self.study.set_user_attr("objective", objective.name)
+        self.study.set_user_attr("strategy", spec.strategy)
+        self.cache = history.cached(objective.name, spec.mode)
+        record = history.sweep(self.name)
+        self.progress_state: dict[str, Any] = record["progress"] if record else {}
+        self.evaluations = record["evaluations"] if record else 0
+        self.previously_done = bool(record and record["state"] == "done")
+        self.cached_hits = 0
+        self.started = time.monotonic()
+        self.seen: dict[str, float] = {}
+        self._rows: list[Row] = []
+        self._trials: list[TrialRecord] = []
+        self._last_flush = time.monotonic()
+        self.flush_every, self.flush_seconds = flush_every, flush_seconds
+        self.best: Candidate | None = None
+        for trial in history.trials(self.name):          # resume: what earlier runs of this search saw
+            h = trial.user_attrs.get("plan_hash")
+            if h in self.cache:
+                self.seen[h] = trial.value if trial.value is not None else np.inf
+        if self.seen:
+            value, h = min((v, h) for h, v in self.seen.items())
+            self.best = Candidate(self.cache[h].idx, value, True) if np.isfinite(value) else None
+        self._external_progress = progress
+        self._should_stop = should_stop
+        self._bar = tqdm(total=spec.max_evals, initial=min(self.evaluations, spec.max_evals), desc=spec.strategy,
+                         unit="eval", disable=not sys.stderr.isatty(), leave=False, file=sys.stderr)
+
+    # --- budgets ----------------------------------------------------------------------------
+
+    @property
+    def remaining(self) -> int:
+        return max(self.spec.max_evals - self.evaluations, 0)
+
+    def stop_reason(self) -> str | None:
+        """Why the search must stop now, or ``None``."""
+        if self.remaining <= 0:
+            return "evaluation budget"
+        if self.spec.time_s is not None and time.monotonic() - self.started >= self.spec.time_s:
+            return "time budget"
+        if self._should_stop is not None and self._should_stop():
+            return "cancelled"
+        return None
+
+    def report(self, done: int, total: int, message: str) -> None:
+        """Progress to the terminal bar and to the caller's callback."""
+        self._bar.total = total
+        self._bar.n = min(done, total)
+        self._bar.set_postfix_str(message, refresh=True)
+        if self._external_progress is not None:
+            self._external_progress(done, total, message)
+
+    # --- evaluation -------------------------------------------------------------------------
+
+    def evaluate(self, idx: np.ndarray, attrs: dict[str, Any] | None = None, counted: bool = True) -> np.ndarray:
+        """Dev values of proposals (``inf`` for infeasible, incorrect or over budget), in order.
+
+        Infeasible plans are never scored; plans the history holds come from the cache and do
+        not count against the budget; new plans are scored up to the remaining budget (all of
+        them when ``counted`` is false: the strategy accounts for them itself).
+        """
+        idx = np.asarray(idx, dtype=np.int16).reshape(-1, idx.shape[-1] if np.ndim(idx) > 1 else len(idx))
+        values = np.full(len(idx), np.inf)
+        feasible = self.objective.feasible(idx)
+        hashes = [plan_hash(decode(row)) if ok else "" for row, ok in zip(idx, feasible, strict=True)]
+        fresh: list[int] = []
+        for i, (h, ok) in enumerate(zip(hashes, feasible, strict=True)):
+            if not ok:
+                continue
+            if h in self.seen:
+                values[i] = self.seen[h]
+            elif h in self.cache:
+                row = self.cache[h]
+                values[i] = self._accept(idx[i], h, row.cycles, row.correct, row.max_abs, attrs, cached=True)
+            elif h not in (hashes[j] for j in fresh) and (not counted or len(fresh) < self.remaining):
+                fresh.append(i)
+        if fresh:
+            result = self.objective.evaluate(idx[fresh], self.spec.mode)
+            self.evaluations += len(fresh) * counted
+            for k, i in enumerate(fresh):
+                cycles = float(result.cycles[k]) if np.isfinite(result.cycles[k]) else None
+                max_abs = None if np.isnan(result.max_abs[k]) else float(result.max_abs[k])
+                row = Row(hashes[i], cycles, bool(result.correct[k]), max_abs, idx[i].copy())
+                self.cache[hashes[i]] = row
+                self._rows.append(row)
+                values[i] = self._accept(idx[i], hashes[i], cycles, row.correct, max_abs, attrs, cached=False)
+            self._bar.update(len(fresh) * counted)
+        for i, h in enumerate(hashes):                      # duplicates within this batch
+            if h and np.isinf(values[i]) and h in self.seen:
+                values[i] = self.seen[h]
+        if time.monotonic() - self._last_flush >= self.flush_seconds or len(self._rows) >= self.flush_every:
+            self.flush()
+        return values
+
+    def _accept(self, idx: np.ndarray, h: str, cycles: float | None, correct: bool, max_abs: float | None,
+                attrs: dict[str, Any] | None, cached: bool) -> float:
+        value = cycles if (cycles is not None and correct) else np.inf
+        self.seen[h] = value
+        self.cached_hits += cached
+        record_attrs = {"correct": correct, "max_abs": max_abs, "cached": cached, **(attrs or {})}
+        if cycles is not None and not correct:
+            record_attrs["cycles"] = cycles
+        self._trials.append(TrialRecord(idx.copy(), value if np.isfinite(value) else None, record_attrs))
+        if np.isfinite(value) and (self.best is None or value < self.best.cycles):
+            self.best = Candidate(idx.copy(), value, True)
+            self.report(self.evaluations, self.spec.max_evals, f"best {int(value)}")
+        return value
+
+    def flush(self, progress: dict[str, Any] | None = None, state: str = "running") -> None:
+        """Write pending evaluations, trials and the resume point in one transaction."""
+        if progress is not None:
+            self.progress_state = progress
+        sweep = {"study_name": self.name, "strategy": self.spec.strategy, "objective": self.objective.name,
+                 "mode": self.spec.mode, "target": self.spec.target, "state": state, "evaluations": self.evaluations,
+                 "progress": self.progress_state}
+        self.history.write(self.objective.name, self.spec.mode, self._rows, self.study._study_id, self._trials, sweep)
+        self._rows, self._trials = [], []
+        self._last_flush = time.monotonic()
+
+    def finish(self, top: list[Candidate], stopped: str, progress: dict[str, Any] | None = None) -> Outcome:
+        """Check finalists in final mode if asked, write everything, and describe the run."""
+        if self.spec.include_final and top:
+            self.check_final(top)
+            top.sort(key=lambda c: (not c.final_correct, c.cycles))
+        done = stopped in ("converged", "exhausted")
+        self.flush(progress, state="done" if done else "running")
+        self._bar.close()
+        return Outcome(self.name, self.spec.strategy, self.evaluations, self.cached_hits,
+                       round(time.monotonic() - self.started, 3), stopped, top)
+
+    def check_final(self, candidates: list[Candidate]) -> None:
+        """Fill ``final_cycles``/``final_correct`` (cached in history under mode ``final``)."""
+        cache = self.history.cached(self.objective.name, "final", [plan_hash(decode(c.idx)) for c in candidates])
+        todo = [c for c in candidates if plan_hash(decode(c.idx)) not in cache]
+        rows = []
+        if todo:
+            result = self.objective.evaluate(np.stack([c.idx for c in todo]), "final")
+            for k, c in enumerate(todo):
+                cycles = float(result.cycles[k]) if np.isfinite(result.cycles[k]) else None
+                max_abs = None if np.isnan(result.max_abs[k]) else float(result.max_abs[k])
+                row = Row(plan_hash(decode(c.idx)), cycles, bool(result.correct[k]), max_abs, c.idx)
+                cache[row.plan_hash], rows = row, [*rows, row]
+        for c in candidates:
+            row = cache[plan_hash(decode(c.idx))]
+            c.final_cycles, c.final_correct = (row.cycles if row.cycles is not None else float("inf")), row.correct
+        if rows:
+            self.history.write(self.objective.name, "final", rows)
+
+    def top(self, n: int = 10) -> list[Candidate]:
+        """Best correct plans seen by this run (and its earlier runs), best first."""
+        best = sorted(((v, h) for h, v in self.seen.items() if np.isfinite(v)))[:n]
+        return [Candidate(self.cache[h].idx, v, True) for v, h in best]

@@ -1,0 +1,408 @@
+"""The service layer: one function per tool name. Adapters (CLI, MCP) only translate arguments.
+
+Every function takes a :class:`Context` and plain arguments and returns a JSON-ready ``dict``;
+bad input raises :class:`ServiceError` (or a subclass of ``ValueError``) with a message that names
+the argument, the value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from functools import cached_property
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tuner import gate
+from tuner.history import History, resolve_url
+from tuner.objectives import BuiltinObjective, CommandObjective, Objective
+from tuner.plan import Plan, PlanError, decode, diff, encode, plan_hash
+from tuner.search import Outcome, Search, Spec
+from tuner.space import Profile, load_profile, profile_names
+from tuner.strategies import STRATEGIES
+from tuner.task.suites import MODES
+from tuner.task.trace import COMPONENTS
+from tuner.workspace import Workspace, WorkspaceError, atomic_write, check_name
+
+TELEMETRY = ".harnessgym/mcp_calls.jsonl"
+RESULT_PATH = ".harnessgym/iteration_result.json"
+SERVER_DIR = ".harnessgym/mcp/tensor-plan-server"
+
+
+class ServiceError(ValueError):
+    """Bad arguments: the message names the argument, the value and what is allowed."""
+
+
+@dataclass
+class Context:
+    """Where the tools work: a workspace, a history database and an objective kind."""
+
+    workspace: Workspace
+    history_url: str
+    objective_kind: str = "builtin"
+    progress: Callable[[int, int, str], None] | None = None
+    should_stop: Callable[[], bool] | None = None
+    tools_used: list[str] = field(default_factory=list)
+
+    @classmethod
+    def create(cls, workspace: str | Path = ".", history: str | None = None, objective: str = "builtin", **kw: Any) -> Context:
+        if objective not in ("builtin", "command"):
+            raise ServiceError(f"objective {objective!r} is not allowed (allowed: builtin, command)")
+        ws = Workspace.at(workspace)
+        url = resolve_url(history if history is not None else ws.root / "studies" / "history.db")
+        if "://" not in str(history or "") and history is not None:
+            url = resolve_url(ws.path(history))
+        return cls(ws, url, objective, **kw)
+
+    @cached_property
+    def history(self) -> History:
+        return History(self.history_url)
+
+    @cached_property
+    def objective(self) -> Objective:
+        return BuiltinObjective() if self.objective_kind == "builtin" else CommandObjective(self.workspace.root)
+
+
+def _mode(mode: str) -> str:
+    if mode not in MODES:
+        raise ServiceError(f"mode {mode!r} is not allowed (allowed: {', '.join(MODES)})")
+    return mode
+
+
+def _positive(name: str, value: int | float | None, allow_none: bool = True) -> None:
+    if value is None and allow_none:
+        return
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise ServiceError(f"{name} must be a positive number, got {value!r}")
+
+
+def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Plan, str]:
+    return ctx.workspace.resolve_plan(ref)
+
+
+def _measure(ctx: Context, plan: Plan) -> dict[str, dict[str, Any]]:
+    return gate.measure(ctx.objective, plan)
+
+
+# --- scoring and inspection -------------------------------------------------------------------
+
+def run_objective(ctx: Context, mode: str = "dev", plan: str | dict[str, Any] | None = None) -> dict[str, Any]:
+    """The benchmark report of the current plan (or ``plan``) in ``mode`` (best_cycles: lower is better)."""
+    resolved, label = _plan(ctx, plan)
+    return {"plan_source": label, **ctx.objective.report(resolved, _mode(mode))}
+
+
+def benchmark_plan(ctx: Context, plan: str | dict[str, Any] | None = None, modes: list[str] | None = None) -> dict[str, Any]:
+    """Reports of a plan in each of ``modes`` (default dev and final) with a one-line verdict."""
+    modes = list(modes) if modes is not None else ["dev", "final"]
+    if not modes or len(set(modes)) != len(modes):
+        raise ServiceError(f"modes must be a non-empty list of distinct modes from {list(MODES)}, got {modes!r}")
+    resolved, label = _plan(ctx, plan)
+    reports = {m: ctx.objective.report(resolved, _mode(m)) for m in modes}
+    return {"plan_source": label, "plan_hash": plan_hash(resolved), "reports": reports,
+            "correct_in_all": all(r.get("correct") for r in reports.values()),
+            "best_cycles": {m: r.get("best_cycles") for m, r in reports.items()}}
+
+
+def validate_plan(ctx: Context, plan: str | dict[str, Any] | None = None) -> dict[str, Any]:
+    """Whether a plan is valid (schema) and feasible in each mode, with the reasons when not."""
+    try:
+        resolved, label = _plan(ctx, plan)
+    except PlanError as exc:
+        return {"valid": False, "error": str(exc)}
+    from tuner.task.benchmark import infeasibility
+
+    reasons = {m: infeasibility(resolved, m) for m in MODES}
+    return {"valid": True, "plan_source": label, "plan_hash": plan_hash(resolved), "plan": resolved,
+            "feasible": {m: r is None for m, r in reasons.items()}, "reasons": {m: r for m, r in reasons.items() if r}}
+
+
+def trace_summary(ctx: Context, plan: str | dict[str, Any] | None = None, mode: str = "dev") -> dict[str, Any]:
+    """Where a plan's cycles go: components per case and overall, the hotspot, and the indicators
+    (bank conflicts, register pressure, scratchpad pressure, DMA efficiency, synergies)."""
+    resolved, label = _plan(ctx, plan)
+    report = ctx.objective.report(resolved, _mode(mode))
+    if not report.get("feasible", True):
+        return {"plan_source": label, "feasible": False, "reason": report.get("reason")}
+    cases = report["cases"]
+    totals = {c: sum(case.get("components", {}).get(c, 0) for case in cases) for c in COMPONENTS}
+    total = sum(case["cycles"] for case in cases) or 1
+    hotspot = max(cases, key=lambda case: case["cycles"])
+    summary: dict[str, Any] = {
+        "plan_source": label, "mode": mode, "best_cycles": report["best_cycles"], "correct": report["correct"],
+        "components": {c: {"cycles": v, "share": round(v / total, 4)} for c, v in totals.items()},
+        "hotspot": {"case": hotspot["name"], "share": round(hotspot["cycles"] / total, 4)},
+        "cases": [{"name": case["name"], "cycles": case["cycles"], "max_abs": case["max_abs"],
+                   "dominant": max(case.get("components", {"compute": 0}).items(), key=lambda kv: kv[1])[0],
+                   "components": case.get("components", {})} for case in cases],
+    }
+    if isinstance(ctx.objective, BuiltinObjective):
+        from tuner.task.benchmark import case_indicators
+
+        indicators = case_indicators(resolved, mode)
+        summary["indicators"] = indicators
+        notes = sorted({n for ind in indicators.values() for n in ind["notes"]})
+        summary["findings"] = [f"{c} is {v['share']:.0%} of {mode} cycles" for c, v in summary["components"].items()
+                               if c != "compute" and v["share"] >= 0.05] + notes
+    return summary
+
+
+def candidate_diff(ctx: Context, candidate: str | dict[str, Any], against: str | dict[str, Any] | None = None) -> dict[str, Any]:
+    """Knobs that differ between ``against`` (default: the current plan) and ``candidate``, and the metric deltas."""
+    cand, cand_label = _plan(ctx, candidate)
+    base, base_label = _plan(ctx, against)
+    cm, bm = _measure(ctx, cand), _measure(ctx, base)
+    delta = {m: {"from": bm[m]["best_cycles"], "to": cm[m]["best_cycles"],
+                 "speedup": round(bm[m]["best_cycles"] / cm[m]["best_cycles"], 4)
+                 if bm[m]["best_cycles"] and cm[m]["best_cycles"] else None} for m in MODES}
+    return {"candidate": cand_label, "against": base_label, "changes": diff(base, cand), "metrics": delta,
+            "candidate_correct": {m: cm[m]["correct"] for m in MODES}}
+
+
+# --- searches ---------------------------------------------------------------------------------
+
+def _search(ctx: Context, spec: Spec) -> dict[str, Any]:
+    search = Search(ctx.history, ctx.objective, spec, progress=ctx.progress, should_stop=ctx.should_stop)
+    outcome: Outcome = STRATEGIES[spec.strategy](search)
+    return _outcome(outcome, spec)
+
+
+def _outcome(outcome: Outcome, spec: Spec) -> dict[str, Any]:
+    best = outcome.best
+    return {"study": outcome.study_name, "strategy": outcome.strategy, "target": spec.target, "mode": spec.mode,
+            "evaluations": outcome.evaluations, "cached": outcome.cached, "seconds": outcome.seconds, "stopped": outcome.stopped,
+            "best": best.as_dict() if best else None, "top": [c.as_dict() for c in outcome.top[:5]]}
+
+
+def local_neighborhood_search(ctx: Context, fixture: str | None = None, plan: str | dict[str, Any] | None = None,
+                              strategy: str = "checkpoint", include_final: bool = True, max_evals: int = 2000,
+                              time_s: float | None = None, seed: int = 0) -> dict[str, Any]:
+    """Local search (single, pair and bounded-grid mutations, repeated until none improves) around a
+    fixture or plan (default: the current plan)."""
+    if strategy not in ("checkpoint", "focused"):
+        raise ServiceError(f"strategy {strategy!r} is not allowed here (allowed: checkpoint, focused)")
+    if fixture is not None and plan is not None:
+        raise ServiceError("give either fixture or plan, not both")
+    _positive("max_evals", max_evals, allow_none=False)
+    _positive("time_s", time_s)
+    start, label = _plan(ctx, check_name(fixture, "fixture") if fixture is not None else plan)
+    target = f"fixture:{fixture}" if fixture else f"plan:{plan_hash(start)}"
+    spec = Spec(strategy=strategy, max_evals=int(max_evals), time_s=time_s, seed=int(seed), start=tuple(int(v) for v in encode(start)),
+                target=target, include_final=bool(include_final))
+    return {"start": label, **_search(ctx, spec)}
+
+
+def bounded_exhaustive_search(ctx: Context, profile: str, max_evals: int | None = None, include_final: bool = True,
+                              time_s: float | None = None) -> dict[str, Any]:
+    """Every plan of a named profile (``studies/NAME.json``), scored in batches; resumable."""
+    prof: Profile = load_profile(profile)
+    _positive("max_evals", max_evals)
+    _positive("time_s", time_s)
+    spec = Spec(strategy="exhaustive", max_evals=int(max_evals or prof.size), time_s=time_s, target=f"profile:{profile}",
+                profile=profile, include_final=bool(include_final))
+    return {"profile": profile, "profile_size": prof.size, **_search(ctx, spec)}
+
+
+def search_plans(ctx: Context, strategy: str = "quick", max_evals: int = 500, time_s: float | None = None, seed: int = 0,
+                 include_final: bool = True) -> dict[str, Any]:
+    """Broad search: ``quick`` (seeded TPE, then a local polish) or ``focused`` (deterministic sweep
+    around the best plan the history holds)."""
+    if strategy not in ("quick", "focused"):
+        raise ServiceError(f"strategy {strategy!r} is not allowed (allowed: quick, focused)")
+    _positive("max_evals", max_evals, allow_none=False)
+    _positive("time_s", time_s)
+    start = None
+    if strategy == "focused":
+        seeds = _seeds(ctx, 1)
+        start = tuple(int(v) for v in encode(seeds[0]["plan"])) if seeds else tuple(int(v) for v in encode(ctx.workspace.current_plan()))
+    spec = Spec(strategy=strategy, max_evals=int(max_evals), time_s=time_s, seed=int(seed), start=start,
+                include_final=bool(include_final))
+    return _search(ctx, spec)
+
+
+# --- history ----------------------------------------------------------------------------------
+
+def _fixture_rows(ctx: Context) -> list[dict[str, Any]]:
+    rows = []
+    for name in ctx.workspace.fixture_names():
+        try:
+            plan = ctx.workspace.resolve_plan(name)[0]
+        except (WorkspaceError, PlanError):
+            continue
+        metrics = _measure(ctx, plan)
+        rows.append({"source": f"fixture:{name}", "plan_hash": plan_hash(plan), "plan": plan,
+                     "dev": metrics["dev"]["best_cycles"], "final": metrics["final"]["best_cycles"],
+                     "correct": metrics["dev"]["correct"] and metrics["final"]["correct"]})
+    return rows
+
+
+def _history_rows(ctx: Context, limit: int) -> list[dict[str, Any]]:
+    name = ctx.objective.name
+    dev = [r for r in ctx.history.cached(name, "dev").values() if r.correct and r.cycles is not None]
+    dev.sort(key=lambda r: r.cycles)
+    dev = dev[: max(limit * 4, limit)]
+    final = ctx.history.cached(name, "final", [r.plan_hash for r in dev])
+    missing = [r for r in dev if r.plan_hash not in final]
+    if missing:
+        result = ctx.objective.evaluate(np.stack([r.idx for r in missing]), "final")
+        from tuner.history import Row
+        rows = [Row(r.plan_hash, float(c) if np.isfinite(c) else None, bool(ok), None if np.isnan(m) else float(m), r.idx)
+                for r, c, ok, m in zip(missing, result.cycles, result.correct, result.max_abs, strict=True)]
+        ctx.history.write(name, "final", rows)
+        final |= {r.plan_hash: r for r in rows}
+    out = []
+    for r in dev:
+        f = final[r.plan_hash]
+        out.append({"source": "history", "plan_hash": r.plan_hash, "plan": decode(r.idx), "dev": int(r.cycles),
+                    "final": int(f.cycles) if f.cycles is not None else None, "correct": bool(f.correct)})
+    return out
+
+
+def _seeds(ctx: Context, limit: int) -> list[dict[str, Any]]:
+    rows = [r for r in _fixture_rows(ctx) + _history_rows(ctx, limit) if r["correct"] and r["dev"] is not None]
+    unique: dict[str, dict[str, Any]] = {}
+    for r in sorted(rows, key=lambda r: (r["dev"], r["source"])):
+        unique.setdefault(r["plan_hash"], r)
+    return list(unique.values())[:limit]
+
+
+def resume_search_history(ctx: Context, limit: int = 5) -> dict[str, Any]:
+    """The best seeds (fixtures and history, verified in both modes) and the searches already run."""
+    _positive("limit", limit, allow_none=False)
+    sweeps = [{k: s[k] for k in ("study_name", "strategy", "target", "mode", "state", "evaluations", "updated")}
+              for s in ctx.history.sweeps() if s["objective"] == ctx.objective.name]
+    done_profiles = {s["target"].removeprefix("profile:") for s in sweeps if s["strategy"] == "exhaustive" and s["state"] == "done"}
+    return {"seeds": [{k: v for k, v in s.items()} for s in _seeds(ctx, int(limit))], "searches": sweeps,
+            "profiles_not_swept": [p for p in profile_names() if p not in done_profiles]}
+
+
+def _study_best(ctx: Context, study: str) -> dict[str, Any] | None:
+    trials = [t for t in ctx.history.trials(study) if t.value is not None]
+    trials.sort(key=lambda t: t.value)
+    best = None
+    for t in trials[:5]:
+        plan = t.user_attrs["plan"]
+        metrics = _measure(ctx, plan)
+        if metrics["dev"]["correct"] and metrics["final"]["correct"]:
+            row = {"study": study, "plan_hash": t.user_attrs["plan_hash"], "plan": plan, "dev": metrics["dev"]["best_cycles"],
+                   "final": metrics["final"]["best_cycles"], "trials": len(trials)}
+            if best is None or row["final"] < best["final"]:
+                best = row
+    return best
+
+
+def rank_experiments(ctx: Context) -> dict[str, Any]:
+    """Studies ranked by their best verified final cycles (among each study's five best dev trials)."""
+    rows = [b for s in ctx.history.study_names() if s.endswith(ctx.objective.name) and (b := _study_best(ctx, s))]
+    rows.sort(key=lambda r: (r["final"], r["dev"]))
+    return {"ranking": [{"rank": i + 1, **{k: v for k, v in r.items() if k != "plan"}} for i, r in enumerate(rows)]}
+
+
+def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
+    """The current plan beside the fixtures and the best plan of every study, by dev then final."""
+    current = ctx.workspace.current_plan()
+    cm = _measure(ctx, current)
+    rows = [{"source": "current", "plan_hash": plan_hash(current), "dev": cm["dev"]["best_cycles"], "final": cm["final"]["best_cycles"],
+             "correct": cm["dev"]["correct"] and cm["final"]["correct"]}]
+    rows += [{k: v for k, v in r.items() if k != "plan"} for r in _fixture_rows(ctx)]
+    rows += [{"source": f"study:{b['study']}", "plan_hash": b["plan_hash"], "dev": b["dev"], "final": b["final"], "correct": True}
+             for s in ctx.history.study_names() if s.endswith(ctx.objective.name) and (b := _study_best(ctx, s))]
+    rows.sort(key=lambda r: (not r["correct"], r["dev"] if r["dev"] is not None else float("inf")))
+    verified = [r for r in rows if r["correct"] and r["dev"] is not None and r["final"] is not None
+                and (cm["final"]["best_cycles"] is None or r["final"] <= cm["final"]["best_cycles"])]
+    best = verified[0] if verified else None
+    return {"rows": rows[: max(int(limit), 1)], "best_verified": best,
+            "current_is_best": best is not None and best["plan_hash"] == rows[0]["plan_hash"] == plan_hash(current)}
+
+
+# --- gate, apply, fixtures, results -----------------------------------------------------------
+
+def _dry_run(value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ServiceError(f"dry_run must be true or false (a boolean), got {value!r}")
+    return value
+
+
+def apply_candidate(ctx: Context, plan: str | dict[str, Any], dry_run: bool = True) -> dict[str, Any]:
+    """Gate a candidate (correct in both modes, better dev, final not worse) and, unless dry_run, write it."""
+    candidate, label = _plan(ctx, plan)
+    return {"candidate_source": label, **gate.apply(ctx.objective, ctx.workspace, candidate, _dry_run(dry_run))}
+
+
+def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20) -> dict[str, Any]:
+    """Apply the best plan from fixtures and history that passes the gate (dry run unless told otherwise)."""
+    dry = _dry_run(dry_run)
+    current = ctx.workspace.current_plan()
+    for seed in _seeds(ctx, limit):
+        if seed["plan_hash"] == plan_hash(current):
+            continue
+        report = gate.apply(ctx.objective, ctx.workspace, seed["plan"], dry)
+        if report["passed"]:
+            return {"candidate_source": seed["source"], **report}
+    return {"passed": False, "applied": False, "dry_run": dry, "reasons": ["no fixture or history plan passes the gate"]}
+
+
+def rollback(ctx: Context, backup: str | None = None, dry_run: bool = False) -> dict[str, Any]:
+    """Restore kernel_plan.json from the latest (or a named) backup."""
+    return gate.rollback(ctx.workspace, backup, _dry_run(dry_run))
+
+
+def export_candidate_fixture(ctx: Context, name: str, plan: str | dict[str, Any] | None = None, note: str = "") -> dict[str, Any]:
+    """Write ``fixtures/NAME.json``: the plan, its metrics in both modes and where it came from."""
+    check_name(name, "fixture")
+    resolved, label = _plan(ctx, plan)
+    path = ctx.workspace.path(f"fixtures/{name}.json")
+    fixture = {"name": name, "plan": resolved,
+               "metrics": {m: {k: v for k, v in r.items()} for m, r in _measure(ctx, resolved).items()},
+               "provenance": {"source": label, "plan_hash": plan_hash(resolved), "objective": ctx.objective.name,
+                              "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "note": note}}
+    atomic_write(path, json.dumps(fixture, indent=2) + "\n")
+    return {"fixture": name, "path": str(path.relative_to(ctx.workspace.root)), "metrics": fixture["metrics"]}
+
+
+def _telemetry_tools(ctx: Context) -> list[str]:
+    path = ctx.workspace.root / TELEMETRY
+    tools: list[str] = []
+    if path.is_file():
+        for line in path.read_text(encoding="utf-8").splitlines():
+            try:
+                tool = json.loads(line).get("tool")
+            except (json.JSONDecodeError, AttributeError):
+                continue
+            if isinstance(tool, str) and tool not in tools:
+                tools.append(tool)
+    return tools
+
+
+def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None = None) -> dict[str, Any]:
+    """Run the final benchmark on the current plan and write the iteration result JSON
+    (``metrics.best_cycles`` = ``metrics.score`` = final best_cycles) with the tools used."""
+    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
+        raise ServiceError(f"tools must be a list of tool names, got {tools!r}")
+    target = ctx.workspace.path(path)
+    if target.suffix != ".json":
+        raise ServiceError(f"path must name a .json file, got {path!r}")
+    plan = ctx.workspace.current_plan()
+    final = ctx.objective.report(plan, "final")
+    dev = ctx.objective.report(plan, "dev")
+    used = _telemetry_tools(ctx)
+    used += [t for t in [*(tools or []), *ctx.tools_used] if t not in used]
+    artifacts = [p for p in (f"{SERVER_DIR}/harnessgym-mcp.json", f"{SERVER_DIR}/tensor_plan_server.py") if (ctx.workspace.root / p).is_file()]
+    result = {"metrics": {"best_cycles": final["best_cycles"], "score": final["best_cycles"],
+                          "correct": bool(final["correct"] and dev["correct"]), "max_abs": final["max_abs"],
+                          "dev_best_cycles": dev["best_cycles"]},
+              "mode": "final", "plan_hash": plan_hash(plan), "plan": plan,
+              "used_harness_tools": used, "used_harness_artifacts": artifacts}
+    atomic_write(target, json.dumps(result, indent=2) + "\n")
+    return {"path": str(target.relative_to(ctx.workspace.root)), **result}
+
+
+__all__ = [
+    "Context", "ServiceError", "apply_best_verified", "apply_candidate", "benchmark_plan", "bounded_exhaustive_search",
+    "candidate_diff", "compare_history", "export_candidate_fixture", "local_neighborhood_search", "rank_experiments",
+    "record_result", "resume_search_history", "rollback", "run_objective", "search_plans", "trace_summary", "validate_plan",
+]

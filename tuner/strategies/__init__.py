@@ -1,0 +1,20 @@
+"""Search strategies, one module each, all with the same signature ``run(search) -> Outcome``.
+
+Adding a strategy is adding a module here and a line in ``STRATEGIES``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from tuner.search import Outcome, Search
+from tuner.strategies import checkpoint, exhaustive, focused, quick
+
+STRATEGIES: dict[str, Callable[[Search], Outcome]] = {
+    "quick": quick.run,
+    "focused": focused.run,
+    "checkpoint": checkpoint.run,
+    "exhaustive": exhaustive.run,
+}
+
+__all__ = ["STRATEGIES"]
