@@ -43,3 +43,31 @@ def iteration2() -> Plan:
 @pytest.fixture(scope="session")
 def baseline() -> Plan:
     return fixture_plan("baseline_row_major")
+
+
+COPY_ITEMS = ("benchmark.py", "verifier.py", "_bootstrap.py", "kernel_plan.json", "fixtures", "tuner", "studies")
+
+
+@pytest.fixture()
+def workspace(tmp_path):
+    """A private copy of the repository to search and apply in (never the repository itself)."""
+    import shutil
+
+    root = tmp_path / "ws"
+    root.mkdir()
+    for item in COPY_ITEMS:
+        source = ROOT / item
+        if source.is_dir():
+            shutil.copytree(source, root / item, ignore=shutil.ignore_patterns("__pycache__", "*.db*"))
+        else:
+            shutil.copy2(source, root / item)
+    (root / ".harnessgym").mkdir()
+    (root / ".harnessgym" / "fixtures").symlink_to("../fixtures")
+    return root
+
+
+@pytest.fixture()
+def ctx(workspace):
+    from tuner.service import Context
+
+    return Context.create(workspace)

@@ -106,14 +106,13 @@ def _sqlite_engine(url: str) -> Engine:
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None            # we issue BEGIN ourselves
         dbapi_connection.execute("PRAGMA busy_timeout = 60000")
+        dbapi_connection.execute("PRAGMA journal_mode = WAL")       # persistent; a no-op once set
         dbapi_connection.execute("PRAGMA synchronous = NORMAL")
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
         connection.exec_driver_sql("BEGIN IMMEDIATE")
 
-    with engine.connect() as connection:
-        connection.exec_driver_sql("PRAGMA journal_mode = WAL")
     return engine
 
 

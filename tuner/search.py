@@ -34,7 +34,7 @@ class Spec:
     seed: int = 0
     start: tuple[int, ...] | None = None        # index vector to start from (checkpoint, focused)
     target: str = "space"                       # what the study is about: fixture, plan hash, profile
-    profile: str | None = None
+    profile: Any = None                         # a tuner.space.Profile (exhaustive)
     include_final: bool = False
 
     def study_name(self, objective: str) -> str:
@@ -67,6 +67,8 @@ class Outcome:
     study_name: str
     strategy: str
     evaluations: int
+    new_evaluations: int
+    trials: int
     cached: int
     seconds: float
     stopped: str
@@ -91,6 +93,8 @@ class Search:
         record = history.sweep(self.name)
         self.progress_state: dict[str, Any] = record["progress"] if record else {}
         self.evaluations = record["evaluations"] if record else 0
+        self.resumed_from = self.evaluations
+        self.trials_written = 0
         self.previously_done = bool(record and record["state"] == "done")
         self.cached_hits = 0
         self.started = time.monotonic()
@@ -200,6 +204,7 @@ class Search:
                  "mode": self.spec.mode, "target": self.spec.target, "state": state, "evaluations": self.evaluations,
                  "progress": self.progress_state}
         self.history.write(self.objective.name, self.spec.mode, self._rows, self.study._study_id, self._trials, sweep)
+        self.trials_written += len(self._trials)
         self._rows, self._trials = [], []
         self._last_flush = time.monotonic()
 
@@ -211,7 +216,8 @@ class Search:
         done = stopped in ("converged", "exhausted")
         self.flush(progress, state="done" if done else "running")
         self._bar.close()
-        return Outcome(self.name, self.spec.strategy, self.evaluations, self.cached_hits,
+        return Outcome(self.name, self.spec.strategy, self.evaluations, self.evaluations - self.resumed_from, self.trials_written,
+                       self.cached_hits,
                        round(time.monotonic() - self.started, 3), stopped, top)
 
     def check_final(self, candidates: list[Candidate]) -> None:

@@ -174,7 +174,8 @@ def _search(ctx: Context, spec: Spec) -> dict[str, Any]:
 def _outcome(outcome: Outcome, spec: Spec) -> dict[str, Any]:
     best = outcome.best
     return {"study": outcome.study_name, "strategy": outcome.strategy, "target": spec.target, "mode": spec.mode,
-            "evaluations": outcome.evaluations, "cached": outcome.cached, "seconds": outcome.seconds, "stopped": outcome.stopped,
+            "evaluations": outcome.evaluations, "new_evaluations": outcome.new_evaluations, "trials": outcome.trials,
+            "cached": outcome.cached, "seconds": outcome.seconds, "stopped": outcome.stopped,
             "best": best.as_dict() if best else None, "top": [c.as_dict() for c in outcome.top[:5]]}
 
 
@@ -199,11 +200,11 @@ def local_neighborhood_search(ctx: Context, fixture: str | None = None, plan: st
 def bounded_exhaustive_search(ctx: Context, profile: str, max_evals: int | None = None, include_final: bool = True,
                               time_s: float | None = None) -> dict[str, Any]:
     """Every plan of a named profile (``studies/NAME.json``), scored in batches; resumable."""
-    prof: Profile = load_profile(profile)
+    prof: Profile = load_profile(profile, ctx.workspace.root / "studies")
     _positive("max_evals", max_evals)
     _positive("time_s", time_s)
     spec = Spec(strategy="exhaustive", max_evals=int(max_evals or prof.size), time_s=time_s, target=f"profile:{profile}",
-                profile=profile, include_final=bool(include_final))
+                profile=prof, include_final=bool(include_final))
     return {"profile": profile, "profile_size": prof.size, **_search(ctx, spec)}
 
 
@@ -276,8 +277,8 @@ def resume_search_history(ctx: Context, limit: int = 5) -> dict[str, Any]:
     sweeps = [{k: s[k] for k in ("study_name", "strategy", "target", "mode", "state", "evaluations", "updated")}
               for s in ctx.history.sweeps() if s["objective"] == ctx.objective.name]
     done_profiles = {s["target"].removeprefix("profile:") for s in sweeps if s["strategy"] == "exhaustive" and s["state"] == "done"}
-    return {"seeds": [{k: v for k, v in s.items()} for s in _seeds(ctx, int(limit))], "searches": sweeps,
-            "profiles_not_swept": [p for p in profile_names() if p not in done_profiles]}
+    return {"seeds": _seeds(ctx, int(limit)), "searches": sweeps,
+            "profiles_not_swept": [p for p in profile_names(ctx.workspace.root / "studies") if p not in done_profiles]}
 
 
 def _study_best(ctx: Context, study: str) -> dict[str, Any] | None:
@@ -391,7 +392,8 @@ def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None
     dev = ctx.objective.report(plan, "dev")
     used = _telemetry_tools(ctx)
     used += [t for t in [*(tools or []), *ctx.tools_used] if t not in used]
-    artifacts = [p for p in (f"{SERVER_DIR}/harnessgym-mcp.json", f"{SERVER_DIR}/tensor_plan_server.py") if (ctx.workspace.root / p).is_file()]
+    artifacts = [p for p in (f"{SERVER_DIR}/harnessgym-mcp.json", f"{SERVER_DIR}/tensor_plan_server.py")
+                 if (ctx.workspace.root / p).is_file()]
     result = {"metrics": {"best_cycles": final["best_cycles"], "score": final["best_cycles"],
                           "correct": bool(final["correct"] and dev["correct"]), "max_abs": final["max_abs"],
                           "dev_best_cycles": dev["best_cycles"]},
@@ -406,3 +408,58 @@ __all__ = [
     "candidate_diff", "compare_history", "export_candidate_fixture", "local_neighborhood_search", "rank_experiments",
     "record_result", "resume_search_history", "rollback", "run_objective", "search_plans", "trace_summary", "validate_plan",
 ]
+
+
+# --- the main job -----------------------------------------------------------------------------
+
+def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed: int = 0) -> dict[str, Any]:
+    """The seed's workflow, steps 1-10, on the workspace within ``time_s`` seconds: score, trace,
+    resume, local search, both profiles, quick search, verify, apply (dry run unless ``apply``),
+    export (when applied) and compare."""
+    _positive("time_s", time_s, allow_none=False)
+    if not isinstance(apply, bool):
+        raise ServiceError(f"apply must be a boolean, got {apply!r}")
+    deadline = time.monotonic() + float(time_s)
+
+    def left() -> float:
+        return max(deadline - time.monotonic(), 0.0)
+
+    steps: list[dict[str, Any]] = []
+    baseline = ctx.workspace.current_plan()
+    base = _measure(ctx, baseline)
+    steps.append({"step": "run_objective", "dev": base["dev"]["best_cycles"]})
+    trace = trace_summary(ctx, None, "dev")
+    steps.append({"step": "trace_summary", "findings": trace.get("findings", [])[:5]})
+    resumed = resume_search_history(ctx)
+    steps.append({"step": "resume_search_history", "seeds": len(resumed["seeds"]), "searches": len(resumed["searches"])})
+    seeds = resumed["seeds"]
+    start = seeds[0]["plan"] if seeds else baseline
+    searches = []
+    if left() > 0:
+        searches.append(local_neighborhood_search(ctx, plan=start, include_final=True, max_evals=3000, time_s=left()))
+    for profile in ("iteration3_dev_core", "iteration3_layout_relaxed"):
+        if left() > 0:
+            searches.append(bounded_exhaustive_search(ctx, profile, include_final=True, time_s=left()))
+    if left() > 0:
+        searches.append(search_plans(ctx, "quick", max_evals=500, time_s=left(), seed=seed))
+    steps += [{"step": s["strategy"], "study": s["study"], "evaluations": s["evaluations"], "stopped": s["stopped"],
+               "best_dev": s["best"]["cycles"] if s["best"] else None} for s in searches]
+    verified = apply_best_verified(ctx, dry_run=not apply)
+    winner = ctx.workspace.current_plan() if verified.get("applied") else None
+    candidate_hash = verified.get("candidate_hash")
+    outcome: dict[str, Any] = {"baseline": {"plan_hash": plan_hash(baseline), **{m: base[m]["best_cycles"] for m in MODES}},
+                               "gate": verified, "steps": steps}
+    if verified.get("passed"):
+        cand = verified["candidate"]
+        outcome["best"] = {"plan_hash": candidate_hash, **{m: cand[m]["best_cycles"] for m in MODES},
+                           "correct": cand["dev"]["correct"] and cand["final"]["correct"]}
+        outcome["speedup"] = {m: round(base[m]["best_cycles"] / cand[m]["best_cycles"], 3) for m in MODES}
+        best_plan = next(s["plan"] for s in _seeds(ctx, 50) if s["plan_hash"] == candidate_hash)
+        outcome["winner_trace"] = {k: v for k, v in trace_summary(ctx, best_plan, "final").items()
+                                   if k in ("components", "hotspot", "findings")}
+        outcome["would_apply" if not apply else "applied"] = verified["diff"]
+        if winner is not None:
+            outcome["fixture"] = export_candidate_fixture(ctx, "tuner_run_best", None, "written by python -m tuner run --apply")
+    outcome["history"] = compare_history(ctx, limit=5)
+    outcome["seconds"] = round(float(time_s) - left(), 2)
+    return outcome

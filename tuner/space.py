@@ -69,18 +69,23 @@ class Profile:
         return out
 
 
-def profile_names() -> list[str]:
-    """Names of the profiles in ``studies/`` (sorted)."""
-    return sorted(p.stem for p in PROFILE_DIR.glob("*.json"))
+def _folders(extra: Path | None) -> list[Path]:
+    return [f for f in (extra, PROFILE_DIR) if f is not None and f.is_dir()]
 
 
-def load_profile(name: str) -> Profile:
-    """The profile ``studies/NAME.json``; :class:`ProfileError` names the problem otherwise."""
-    if not _NAME.match(name) or name in (".", ".."):
-        raise ProfileError(f"profile name {name!r} is not allowed (letters, digits, '_', '-', '.'); known: {', '.join(profile_names())}")
-    path = PROFILE_DIR / f"{name}.json"
-    if not path.is_file():
-        raise ProfileError(f"unknown profile {name!r}; known profiles: {', '.join(profile_names())}")
+def profile_names(extra: Path | None = None) -> list[str]:
+    """Names of the profiles in ``extra`` (a workspace's ``studies/``) and the built-in ``studies/``."""
+    return sorted({p.stem for folder in _folders(extra) for p in folder.glob("*.json")})
+
+
+def load_profile(name: str, extra: Path | None = None) -> Profile:
+    """The profile ``NAME.json`` from ``extra`` or the built-in ``studies/``; :class:`ProfileError` otherwise."""
+    known = ", ".join(profile_names(extra))
+    if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
+        raise ProfileError(f"profile name {name!r} is not allowed (letters, digits, '_', '-', '.'); known profiles: {known}")
+    path = next((folder / f"{name}.json" for folder in _folders(extra) if (folder / f"{name}.json").is_file()), None)
+    if path is None or not path.resolve().is_relative_to(path.parent.resolve()):
+        raise ProfileError(f"unknown profile {name!r}; known profiles: {known}")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except json.JSONDecodeError as exc:

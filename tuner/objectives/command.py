@@ -31,6 +31,7 @@ class CommandObjective:
     """Scores plans by running ``python benchmark.py --json --mode M`` of ``workspace``."""
 
     def __init__(self, workspace: str | Path, python: str = sys.executable, timeout_s: float = 120.0) -> None:
+        self._copy: Path | None = None
         self.workspace = Path(workspace).resolve()
         script = self.workspace / "benchmark.py"
         if not script.is_file():
@@ -38,7 +39,6 @@ class CommandObjective:
         self.python = python
         self.timeout_s = timeout_s
         self.name = "command:" + hashlib.sha256(script.read_bytes()).hexdigest()[:12]
-        self._copy: Path | None = None
 
     def _sandbox(self) -> Path:
         if self._copy is None:

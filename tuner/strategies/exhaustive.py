@@ -20,7 +20,7 @@ FINALISTS = 16
 
 
 def run(search: Search) -> Outcome:
-    profile = load_profile(search.spec.profile or "")
+    profile = search.spec.profile if search.spec.profile is not None else load_profile(search.spec.target.removeprefix("profile:"))
     state = search.progress_state or {"profile": profile.name, "size": profile.size, "done": 0, "best": []}
     best = {tuple(b["idx"]): b["cycles"] for b in state["best"]}
     done = state["done"]

@@ -1,0 +1,142 @@
+"""History: real SQLite files, Optuna's schema, bulk writes, kills and concurrent processes."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+
+import numpy as np
+import optuna
+from conftest import ROOT
+
+from tuner.history import History, Row, TrialRecord
+from tuner.plan import encode, plan_hash
+
+
+def tuner(workspace, *args, **kw):
+    return subprocess.Popen([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--json", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, **kw)
+
+
+def test_cache_and_trials_round_trip(tmp_path, iteration2):
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    idx = encode(iteration2)
+    study = history.study("s")
+    history.write("obj", "dev", [Row(plan_hash(iteration2), 123.0, True, 1e-5, idx)], study._study_id,
+                  [TrialRecord(idx, 123.0, {"phase": "t"}), TrialRecord(idx, None, {"phase": "p"})])
+    assert history.cached("obj", "dev")[plan_hash(iteration2)].cycles == 123.0
+    assert history.cached("obj", "final") == {}
+    trials = optuna.load_study(study_name="s", storage=history.storage).get_trials()
+    assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED"] and [t.number for t in trials] == [0, 1]
+    assert trials[0].value == 123.0 and trials[0].params["block_m"] == 2 and trials[0].params["swizzle"] == "tensorcore"
+    assert trials[0].user_attrs["plan"] == iteration2 and trials[0].user_attrs["phase"] == "t"
+
+
+def test_history_accepts_any_sqlalchemy_url(tmp_path):
+    url = f"sqlite:///{tmp_path / 'nested' / 'x.db'}"
+    History(url).study("a")
+    assert "a" in History(url).study_names()
+
+
+def _sweep(db):
+    with sqlite3.connect(db) as conn:
+        row = conn.execute("select evaluations, progress, state from tuner_sweeps").fetchone()
+    return (row[0], json.loads(row[1]), row[2]) if row else None
+
+
+def test_killed_exhaustive_sweep_resumes_without_recomputing(workspace):
+    db = workspace / "h.db"
+    proc = tuner(workspace, "--history", str(db), "bounded_exhaustive_search", "--profile", "iteration3_dev_core")
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if db.exists() and (s := _sweep(db)) and s[1].get("done", 0) > 0:
+            break
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
+    done_before = _sweep(db)[1]["done"]
+    assert 0 < done_before < 1_814_400
+    rerun = tuner(workspace, "--history", str(db), "bounded_exhaustive_search", "--profile", "iteration3_dev_core")
+    out, err = rerun.communicate(timeout=120)
+    assert rerun.returncode == 0, err
+    result = json.loads(out)
+    assert result["evaluations"] == 1_814_400
+    assert result["new_evaluations"] == 1_814_400 - done_before
+    assert result["stopped"] == "exhausted"
+
+
+def test_killed_sampler_search_keeps_its_written_work(workspace):
+    db = workspace / "h.db"
+    args = ("--history", str(db), "search_plans", "--strategy", "quick", "--max-evals", "400", "--seed", "5")
+    proc = tuner(workspace, *args)
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        time.sleep(0.05)
+        if db.exists() and (s := _sweep(db)) and s[0] >= 40:
+            break
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
+        cached = conn.execute("select count(*) from tuner_evaluations").fetchone()[0]
+    recorded = _sweep(db)[0]
+    assert cached >= recorded > 0
+    rerun = tuner(workspace, *args)
+    out, err = rerun.communicate(timeout=180)
+    assert rerun.returncode == 0, err
+    result = json.loads(out)
+    assert result["evaluations"] == 400 and result["new_evaluations"] == 400 - recorded
+
+
+def test_four_processes_share_one_history(workspace):
+    db = workspace / "shared.db"
+    procs = [tuner(workspace, "--history", str(db), "search_plans", "--strategy", "quick", "--max-evals", "150", "--seed", str(s))
+             for s in range(4)]
+    results = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        assert "Traceback" not in err
+        results.append(json.loads(out))
+    history = History(f"sqlite:///{db}")
+    for result in results:
+        trials = history.trials(result["study"])
+        assert len(trials) == result["trials"] > 0
+        assert sorted(t.number for t in trials) == list(range(len(trials)))
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
+        rows = conn.execute("select count(distinct plan_hash) from tuner_evaluations").fetchone()[0]
+    assert rows >= max(r["new_evaluations"] for r in results)
+
+
+def test_plan_file_is_never_partial_when_apply_is_killed(workspace):
+    plan_path = workspace / "kernel_plan.json"
+    original = plan_path.read_text()
+    for delay in (0.5, 1.5, 3.0):
+        proc = tuner(workspace, "--history", str(workspace / "k.db"), "apply_candidate",
+                     "--plan", "tensor_plan_iteration2_neighborhood_best", "--dry-run", "false")
+        time.sleep(delay)
+        proc.kill()
+        proc.wait()
+        text = plan_path.read_text()
+        assert text == original or json.loads(text)["num_warps"] == 6
+        assert json.loads(text)
+    leftovers = [p.name for p in workspace.iterdir() if p.name.endswith(".tmp")]
+    assert leftovers == []
+
+
+def test_timestamps_and_values_survive_for_the_dashboard(tmp_path, iteration2):
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    study = history.study("x")
+    idx = np.stack([encode(iteration2)] * 3)
+    history.write("o", "dev", [], study._study_id, [TrialRecord(r, float(i), {}) for i, r in enumerate(idx)])
+    trials = history.trials("x")
+    assert all(t.datetime_start is not None and t.datetime_complete is not None for t in trials)
+    assert [t.value for t in trials] == [0.0, 1.0, 2.0]

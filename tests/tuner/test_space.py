@@ -1,0 +1,69 @@
+"""Search space and profiles."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from optuna.distributions import CategoricalDistribution, IntDistribution
+
+from tuner.knobs import KNOBS
+from tuner.space import DISTRIBUTIONS, ProfileError, from_params, load_profile, profile_names, to_params
+
+
+def test_every_knob_is_a_distribution_with_order_where_it_matters():
+    for knob in KNOBS:
+        dist = DISTRIBUTIONS[knob.name]
+        if knob.kind == "ordinal":
+            assert isinstance(dist, IntDistribution) and (dist.low, dist.high) == (0, knob.size - 1)
+        else:
+            assert isinstance(dist, CategoricalDistribution) and list(dist.choices) == list(knob.choices)
+
+
+def test_params_round_trip(iteration2):
+    from tuner.plan import encode
+
+    idx = encode(iteration2)
+    assert np.array_equal(from_params(to_params(idx)), idx)
+
+
+@pytest.mark.parametrize(("name", "size"), [("iteration3_dev_core", 1_814_400), ("iteration3_layout_relaxed", 1_990_656)])
+def test_profiles_have_the_seed_sizes_and_enumerate_by_index(name, size):
+    profile = load_profile(name)
+    assert profile.size == size
+    head, tail = profile.plans(0, 1000), profile.plans(size - 1000, size + 50)
+    assert len(tail) == 1000
+    both = np.concatenate([head, tail])
+    assert len({row.tobytes() for row in both}) == 2000
+    for j, allowed in enumerate(profile.choices):
+        assert set(both[:, j]) <= set(allowed)
+    middle = profile.plans(123_457, 123_458)[0]
+    assert any((middle == row).all() for row in profile.plans(123_400, 123_500))
+
+
+def test_iteration2_lies_in_both_profiles(iteration2):
+    from tuner.plan import encode
+
+    idx = encode(iteration2)
+    for name in ("iteration3_dev_core", "iteration3_layout_relaxed"):
+        assert all(int(v) in allowed for v, allowed in zip(idx, load_profile(name).choices, strict=True)), name
+
+
+def test_a_user_adds_a_profile_by_adding_a_file(tmp_path, iteration2):
+    knobs = {k: [v] for k, v in iteration2.items()} | {"block_m": [32, 48, 64], "num_warps": [4, 6, 8]}
+    (tmp_path / "tiny.json").write_text(json.dumps({"description": "nine plans", "knobs": knobs}))
+    assert "tiny" in profile_names(tmp_path)
+    assert load_profile("tiny", tmp_path).size == 9
+
+
+@pytest.mark.parametrize("name", ["../fixtures/baseline_row_major", "/etc/passwd", "nope", "", "a/b"])
+def test_bad_profile_names_are_refused(name):
+    with pytest.raises(ProfileError, match="profile"):
+        load_profile(name)
+
+
+def test_malformed_profile_names_the_problem(tmp_path):
+    (tmp_path / "broken.json").write_text(json.dumps({"knobs": {"block_m": [50]}}))
+    with pytest.raises(ProfileError, match="every knob"):
+        load_profile("broken", tmp_path)

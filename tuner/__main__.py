@@ -1,0 +1,5 @@
+"""``python -m tuner``."""
+
+from tuner.cli import main
+
+raise SystemExit(main())
