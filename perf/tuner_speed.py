@@ -1,0 +1,151 @@
+"""Tuner figures, measured side by side in one run (2-core machine; numbers vary by machine).
+
+    python perf/tuner_speed.py [--seeds 10] [--budget 500]
+
+1. exhaustive ``iteration3_dev_core`` with include_final from a cold history (seconds, plans/s)
+   versus Optuna's GridSampler on the same grid (per-trial cost measured, extrapolated).
+2. ms per trial of a sampler-driven search including durable history, versus Optuna's default
+   RDB storage on SQLite (study.optimize with TPE on the same objective).
+3. search quality: best-so-far of ``quick`` over seeds beside Optuna's default TPE (every knob
+   categorical) and RandomSampler at the same budget; the target is the best plan of both profiles.
+4. evaluations ``checkpoint`` needs from attempt-1 to match iteration-2 on dev.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+import optuna
+
+from tuner.history import History
+from tuner.knobs import KNOBS
+from tuner.objectives import BuiltinObjective
+from tuner.plan import encode, validate_plan
+from tuner.search import Search, Spec
+from tuner.space import load_profile
+from tuner.strategies import STRATEGIES
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKPOINTS = (50, 100, 200, 300, 400, 500)
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _history() -> History:
+    return History(f"sqlite:///{tempfile.mkdtemp(prefix='tuner-perf-')}/history.db")
+
+
+def _fixture(name: str) -> np.ndarray:
+    return encode(validate_plan(json.loads((ROOT / "fixtures" / f"{name}.json").read_text())["plan"]))
+
+
+def exhaustive() -> float:
+    objective = BuiltinObjective()
+    spec = Spec(strategy="exhaustive", max_evals=1_814_400, target="profile:iteration3_dev_core",
+                profile=load_profile("iteration3_dev_core"), include_final=True)
+    start = time.perf_counter()
+    outcome = STRATEGIES["exhaustive"](Search(_history(), objective, spec))
+    ours = time.perf_counter() - start
+    grid = {k.name: list(range(len(c))) for k, c in zip(KNOBS, spec.profile.choices, strict=True)}
+    study = optuna.create_study(sampler=optuna.samplers.GridSampler(grid, seed=0))
+    start = time.perf_counter()
+    study.optimize(lambda t: float(objective.cycles(np.array([[spec.profile.choices[j][t.suggest_int(k.name, 0, len(spec.profile.choices[j]) - 1)]
+                                                                for j, k in enumerate(KNOBS)]], dtype=np.int16), "dev")[0]), n_trials=3)
+    per_trial = (time.perf_counter() - start) / 3
+    best = outcome.best
+    print(f"1. exhaustive iteration3_dev_core + include_final, cold history: {ours:.2f} s "
+          f"({1_814_400 / ours:,.0f} plans/s); optimum dev {int(best.cycles)} final {int(best.final_cycles)}")
+    print(f"   GridSampler: {per_trial:.2f} s/trial -> {per_trial * 1_814_400 / 86400:.1f} days for the grid; ratio {per_trial * 1_814_400 / ours:,.0f}x")
+    return best.cycles
+
+
+def per_trial_cost(budget: int) -> None:
+    objective = BuiltinObjective()
+    start = time.perf_counter()
+    outcome = STRATEGIES["quick"](Search(_history(), objective, Spec(strategy="quick", max_evals=budget, seed=123)))
+    ours = (time.perf_counter() - start) / max(outcome.trials, 1)
+    storage = optuna.storages.RDBStorage(f"sqlite:///{tempfile.mkdtemp()}/optuna.db")
+    study = optuna.create_study(storage=storage, sampler=optuna.samplers.TPESampler(seed=0))
+    n = 40
+
+    def objective_fn(trial: optuna.Trial) -> float:
+        idx = np.array([[trial.suggest_int(k.name, 0, k.size - 1) for k in KNOBS]], dtype=np.int16)
+        return float(np.nan_to_num(objective.cycles(idx, "dev")[0], posinf=1e12))
+
+    start = time.perf_counter()
+    study.optimize(objective_fn, n_trials=n)
+    theirs = (time.perf_counter() - start) / n
+    print(f"2. quick, {outcome.trials} trials with durable history: {ours * 1e3:.1f} ms/trial; "
+          f"Optuna TPE + RDBStorage(SQLite): {theirs * 1e3:.1f} ms/trial (ratio {theirs / ours:.1f}x)")
+
+
+def _curve(values: list[float], budget: int) -> list[float]:
+    best = np.minimum.accumulate(np.array(values + [np.inf] * max(0, budget - len(values)))[:budget])
+    return [float(best[c - 1]) for c in CHECKPOINTS if c <= budget]
+
+
+def _baseline(sampler: optuna.samplers.BaseSampler, budget: int, categorical: bool) -> list[float]:
+    objective = BuiltinObjective()
+    study = optuna.create_study(sampler=sampler)
+    values: list[float] = []
+    for _ in range(budget):
+        trial = study.ask()
+        idx = np.array([[k.choices.index(trial.suggest_categorical(k.name, list(k.choices))) if categorical
+                         else trial.suggest_int(k.name, 0, k.size - 1) for k in KNOBS]], dtype=np.int16)
+        result = objective.evaluate(idx, "dev")
+        value = float(result.cycles[0]) if result.correct[0] else np.inf
+        values.append(value)
+        study.tell(trial, value if np.isfinite(value) else None, state=None if np.isfinite(value) else optuna.trial.TrialState.PRUNED)
+    return values
+
+
+def quality(seeds: int, budget: int, target: float) -> None:
+    rows: dict[str, list[list[float]]] = {"quick": [], "default TPE (categorical)": [], "RandomSampler": []}
+    for seed in range(seeds):
+        search = Search(_history(), BuiltinObjective(), Spec(strategy="quick", max_evals=budget, seed=seed))
+        STRATEGIES["quick"](search)
+        order = [t for t in search.history.trials(search.name)]
+        values = [t.value if t.value is not None else np.inf for t in order if not t.user_attrs.get("cached")]
+        rows["quick"].append(_curve(values, budget))
+        rows["default TPE (categorical)"].append(_curve(_baseline(optuna.samplers.TPESampler(seed=seed), budget, True), budget))
+        rows["RandomSampler"].append(_curve(_baseline(optuna.samplers.RandomSampler(seed=seed), budget, False), budget))
+    print(f"3. best-so-far median over {seeds} seeds (target {int(target)}; within 1% = <= {int(target * 1.01)}):")
+    print("   " + f"{'evaluations':<28}" + "".join(f"{c:>10}" for c in CHECKPOINTS if c <= budget) + "   within 1% at end")
+    for name, curves in rows.items():
+        median = np.median(np.array(curves), axis=0)
+        hits = np.mean([c[-1] <= target * 1.01 for c in curves])
+        print("   " + f"{name:<28}" + "".join(f"{int(v):>10}" for v in median) + f"   {hits:.0%}")
+
+
+def checkpoint_reach() -> None:
+    objective = BuiltinObjective()
+    reference = objective.cycles(_fixture("tensor_plan_iteration2_neighborhood_best")[None], "dev")[0]
+    search = Search(_history(), objective, Spec(strategy="checkpoint", max_evals=300,
+                                                start=tuple(int(v) for v in _fixture("tensor_plan_attempt1_best"))))
+    STRATEGIES["checkpoint"](search)
+    values = [t.value if t.value is not None else np.inf for t in search.history.trials(search.name)]
+    reached = next((i + 1 for i, v in enumerate(np.minimum.accumulate(values)) if v <= reference), None)
+    print(f"4. checkpoint from attempt-1: matches iteration-2 ({int(reference)}) after {reached} evaluations; "
+          f"best after 300: {int(min(values))}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--seeds", type=int, default=10)
+    parser.add_argument("--budget", type=int, default=500)
+    args = parser.parse_args()
+    core = exhaustive()
+    relaxed = STRATEGIES["exhaustive"](Search(_history(), BuiltinObjective(), Spec(
+        strategy="exhaustive", max_evals=1_990_656, target="profile:iteration3_layout_relaxed",
+        profile=load_profile("iteration3_layout_relaxed")))).best.cycles
+    per_trial_cost(args.budget)
+    checkpoint_reach()
+    quality(args.seeds, args.budget, min(core, relaxed))
+
+
+if __name__ == "__main__":
+    main()

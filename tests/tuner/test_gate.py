@@ -1,0 +1,90 @@
+"""The gate, atomic apply with backups, rollback, fixtures and the result JSON."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tuner import service
+from tuner.workspace import WorkspaceError
+
+
+def test_apply_is_a_dry_run_unless_told(ctx, workspace):
+    before = (workspace / "kernel_plan.json").read_bytes()
+    report = service.apply_candidate(ctx, "tensor_plan_iteration2_neighborhood_best")
+    assert report["passed"] and report["dry_run"] and not report["applied"]
+    assert (workspace / "kernel_plan.json").read_bytes() == before
+    assert report["diff"]["num_warps"] == {"from": 4, "to": 6}
+
+
+@pytest.mark.parametrize("value", ["false", 0, None, "no"])
+def test_dry_run_accepts_only_a_real_boolean(ctx, workspace, value):
+    before = (workspace / "kernel_plan.json").read_bytes()
+    with pytest.raises(service.ServiceError, match="dry_run"):
+        service.apply_candidate(ctx, "tensor_plan_iteration2_neighborhood_best", dry_run=value)
+    assert (workspace / "kernel_plan.json").read_bytes() == before
+
+
+def test_real_apply_backs_up_and_rollback_restores(ctx, workspace):
+    before = (workspace / "kernel_plan.json").read_text()
+    report = service.apply_candidate(ctx, "tensor_plan_attempt1_best", dry_run=False)
+    assert report["applied"] and (workspace / report["backup"]).read_text() == before
+    assert json.loads((workspace / "kernel_plan.json").read_text())["num_warps"] == 4
+    second = service.apply_candidate(ctx, "tensor_plan_iteration2_neighborhood_best", dry_run=False)
+    assert second["applied"]
+    service.rollback(ctx)
+    assert json.loads((workspace / "kernel_plan.json").read_text())["num_warps"] == 4
+    service.rollback(ctx)
+    assert (workspace / "kernel_plan.json").read_text() == before
+    with pytest.raises(WorkspaceError, match="no backups"):
+        service.rollback(ctx)
+
+
+def test_gate_refuses_regressions_and_incorrect_plans(ctx):
+    service.apply_candidate(ctx, "tensor_plan_iteration2_neighborhood_best", dry_run=False)
+    worse = service.apply_candidate(ctx, "tensor_plan_attempt1_best", dry_run=False)
+    assert not worse["passed"] and not worse["applied"] and any("does not improve dev" in r for r in worse["reasons"])
+    plan = service.validate_plan(ctx, "tensor_plan_iteration2_neighborhood_best")["plan"]
+    overfit = dict(plan, accum="sequential", softmax="approx_poly", scratchpad_kb=128)
+    report = service.apply_candidate(ctx, overfit, dry_run=False)
+    assert not report["passed"] and any("not correct in final" in r for r in report["reasons"])
+
+
+def test_apply_best_verified_picks_a_gated_improvement(ctx, workspace):
+    service.local_neighborhood_search(ctx, fixture="tensor_plan_iteration2_neighborhood_best", max_evals=300)
+    report = service.apply_best_verified(ctx, dry_run=False)
+    assert report["passed"] and report["applied"]
+    assert report["candidate"]["dev"]["best_cycles"] < report["current"]["dev"]["best_cycles"]
+    assert report["candidate"]["final"]["best_cycles"] <= report["current"]["final"]["best_cycles"]
+
+
+def test_export_fixture_and_record_result(ctx, workspace):
+    exported = service.export_candidate_fixture(ctx, "next_seed", "tensor_plan_iteration2_neighborhood_best", note="t")
+    fixture = json.loads((workspace / exported["path"]).read_text())
+    assert fixture["metrics"]["dev"]["best_cycles"] == service.run_objective(ctx, "dev", "next_seed")["best_cycles"]
+    assert fixture["provenance"]["source"] == "fixture tensor_plan_iteration2_neighborhood_best"
+    (workspace / ".harnessgym" / "mcp_calls.jsonl").write_text('{"tool": "run_objective"}\n{"tool": "trace_summary"}\n')
+    result = service.record_result(ctx, tools=["search_plans"])
+    written = json.loads((workspace / result["path"]).read_text())
+    final = service.run_objective(ctx, "final")["best_cycles"]
+    assert written["metrics"]["best_cycles"] == written["metrics"]["score"] == final
+    assert written["used_harness_tools"] == ["run_objective", "trace_summary", "search_plans"]
+
+
+@pytest.mark.parametrize("bad", ["../outside", "/etc/passwd", "a/../../b"])
+def test_paths_are_confined_to_the_workspace(ctx, bad):
+    with pytest.raises((WorkspaceError, service.ServiceError)):
+        service.export_candidate_fixture(ctx, bad)
+    with pytest.raises((WorkspaceError, service.ServiceError)):
+        service.record_result(ctx, path=bad + ".json")
+    with pytest.raises(WorkspaceError):
+        service.run_objective(ctx, "dev", bad + ".json")
+
+
+def test_symlinks_out_of_the_workspace_are_refused(ctx, workspace, tmp_path):
+    outside = tmp_path / "outside.json"
+    outside.write_text((workspace / "kernel_plan.json").read_text())
+    (workspace / "link.json").symlink_to(outside)
+    with pytest.raises(WorkspaceError, match="outside the workspace"):
+        service.run_objective(ctx, "dev", "link.json")
