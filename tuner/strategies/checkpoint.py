@@ -39,15 +39,18 @@ def _steps(search: Search, current: np.ndarray, value: float, rng: np.random.Gen
     return current, value
 
 
-def climb(search: Search, start: np.ndarray) -> str:
-    """Move from ``start`` to a local optimum within the budgets; returns why it stopped."""
+def climb(search: Search, start: np.ndarray, phases: tuple[str, ...] = PHASES) -> str:
+    """Move from ``start`` to a local optimum within the budgets; returns why it stopped.
+
+    ``phases`` limits the neighbourhoods tried after the greedy steps (a cheaper polish).
+    """
     current = np.asarray(start, dtype=np.int16)
     value = float(search.evaluate(current[None], {"phase": "start"})[0])
     rng = np.random.default_rng(search.spec.seed)
     while True:
         current, value = _steps(search, current, value, rng)
         last: tuple[np.ndarray, np.ndarray] = (current[:0], np.zeros(0))
-        for phase in PHASES:
+        for phase in phases:
             reason = search.stop_reason()
             if reason:
                 return reason

@@ -337,6 +337,16 @@ def case_cycles(plans: np.ndarray | Columns, case: Case, removed: Collection[str
     return np.where(feasible, total, np.inf), feasible
 
 
+def feasible(plans: np.ndarray | Columns, cases: tuple[Case, ...]) -> np.ndarray:
+    """Whether each plan can run on every case (footprint fits, split_k within the KV blocks)."""
+    c = plans if isinstance(plans, Columns) else Columns(np.asarray(plans))
+    ok = np.ones(len(c.idx), dtype=bool)
+    for case in cases:
+        ok &= footprint_kb(c, case) <= c.scratchpad_kb
+        ok &= c.split_k <= geometry(case).kv_blocks[c.block_m_i, c.block_n_i, c.split_k_i]
+    return ok
+
+
 def suite_cycles(idx: np.ndarray, cases: tuple[Case, ...], chunk: int = 32768) -> np.ndarray:
     """Cycles (``plans x cases``, float64; ``inf`` where infeasible) of a batch on a suite.
 
