@@ -1,17 +1,13 @@
 """Let the root scripts run with a bare ``python3``: put the repository on the path and, when the
-dependencies are missing from this interpreter, re-run under the repository's ``.venv``."""
+repository has a ``.venv`` that is not the running interpreter's, re-run under it (that is where
+the README's setup installed the dependencies)."""
 
 import os
 import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
+VENV = ROOT / ".venv"
 sys.path.insert(0, str(ROOT))
-try:
-    import numpy  # noqa: F401
-    import pydantic  # noqa: F401
-except ImportError:
-    venv_python = ROOT / ".venv" / "bin" / "python"
-    if venv_python.exists() and Path(sys.executable).resolve() != venv_python.resolve():
-        os.execv(str(venv_python), [str(venv_python), *sys.argv])
-    raise
+if (VENV / "bin" / "python").exists() and Path(sys.prefix).resolve() != VENV.resolve():
+    os.execv(str(VENV / "bin" / "python"), [str(VENV / "bin" / "python"), *sys.argv])

@@ -63,7 +63,17 @@ def workspace(tmp_path):
             shutil.copy2(source, root / item)
     (root / ".harnessgym").mkdir()
     (root / ".harnessgym" / "fixtures").symlink_to("../fixtures")
+    for item in ("mcp", "runtime"):
+        shutil.copytree(ROOT / ".harnessgym" / item, root / ".harnessgym" / item, ignore=shutil.ignore_patterns("__pycache__"))
     return root
+
+
+def child_env() -> dict[str, str]:
+    """Environment for child processes: ``python3`` is this interpreter (the test environment)."""
+    import os
+    import sys
+
+    return dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
 
 
 @pytest.fixture()

@@ -1,10 +1,86 @@
-"""``python -m tuner mcp ...``: MCP client configuration (filled in by the MCP adapter)."""
+"""``python -m tuner mcp install --client claude|codex|vscode [--write]``: client configuration.
+
+Prints (or, with ``--write``, merges into the workspace's client file) the entry that starts the
+tensor-plan server from the repository's manifest: Claude Code's ``.mcp.json`` (``mcpServers``),
+VS Code's ``.vscode/mcp.json`` (``servers`` with ``type: stdio``) or Codex's
+``.codex/config.toml`` (``[mcp_servers.NAME]`` with command, args, env, cwd).
+"""
 
 from __future__ import annotations
 
 import argparse
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+from tuner.workspace import Workspace, atomic_write
+
+MANIFEST = ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json"
+CLIENT_FILES = {"claude": ".mcp.json", "vscode": ".vscode/mcp.json", "codex": ".codex/config.toml"}
+
+
+def server_entry(workspace: Workspace) -> tuple[str, dict[str, Any]]:
+    """The manifest's server, with its launcher made absolute so any working folder works."""
+    servers = json.loads((workspace.root / MANIFEST).read_text(encoding="utf-8"))["mcpServers"]
+    name, entry = next(iter(servers.items()))
+    args = [str(workspace.root / a) if a.endswith(".py") else a for a in entry.get("args", [])]
+    return name, {"command": entry["command"], "args": args, "env": dict(entry.get("env", {}))}
+
+
+def _toml(name: str, entry: dict[str, Any], cwd: Path) -> str:
+    env = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in entry["env"].items())
+    return (f"[mcp_servers.{name}]\ncommand = {json.dumps(entry['command'])}\nargs = {json.dumps(entry['args'])}\n"
+            f"env = {{ {env} }}\ncwd = {json.dumps(str(cwd))}\n")
+
+
+def config_text(workspace: Workspace, client: str, existing: str | None = None) -> str:
+    """The client's configuration file text, merged into ``existing`` when given."""
+    name, entry = server_entry(workspace)
+    if client == "codex":
+        block = _toml(name, entry, workspace.root)
+        if not existing:
+            return block
+        lines, out, skipping = existing.splitlines(keepends=True), [], False
+        for line in lines:
+            if line.strip().startswith("["):
+                skipping = line.strip() == f"[mcp_servers.{name}]"
+            if not skipping:
+                out.append(line)
+        text = "".join(out)
+        return text + ("" if text.endswith("\n") or not text else "\n") + block
+    data: dict[str, Any] = json.loads(existing) if existing else {}
+    if client == "vscode":
+        data.setdefault("servers", {})[name] = {"type": "stdio", **entry}
+    else:
+        data.setdefault("mcpServers", {})[name] = entry
+    return json.dumps(data, indent=2) + "\n"
+
+
+def install(args: argparse.Namespace) -> int:
+    workspace = Workspace.at(args.workspace)
+    if not (workspace.root / MANIFEST).is_file():
+        print(f"tuner mcp install: error: no manifest {MANIFEST} in {workspace.root}", file=sys.stderr)
+        return 2
+    target = workspace.path(CLIENT_FILES[args.client])
+    existing = target.read_text(encoding="utf-8") if args.write and target.is_file() else None
+    try:
+        text = config_text(workspace, args.client, existing)
+    except (json.JSONDecodeError, AttributeError) as exc:
+        print(f"tuner mcp install: error: cannot merge into {target}: {exc}", file=sys.stderr)
+        return 2
+    if args.write:
+        atomic_write(target, text)
+        print(f"wrote {target.relative_to(workspace.root)}")
+    else:
+        sys.stdout.write(text)
+    return 0
 
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
-    p = sub.add_parser("mcp", help="MCP server configuration for clients")
-    p.set_defaults(handler=lambda args: 0)
+    mcp = sub.add_parser("mcp", help="MCP client configuration")
+    actions = mcp.add_subparsers(dest="mcp_command", required=True)
+    p = actions.add_parser("install", help="print or write the client configuration for the tensor-plan server")
+    p.add_argument("--client", required=True, choices=sorted(CLIENT_FILES))
+    p.add_argument("--write", action="store_true", help=f"merge into the workspace's client file ({', '.join(CLIENT_FILES.values())})")
+    p.set_defaults(handler=install)

@@ -52,11 +52,8 @@ class Context:
     def create(cls, workspace: str | Path = ".", history: str | None = None, objective: str = "builtin", **kw: Any) -> Context:
         if objective not in ("builtin", "command"):
             raise ServiceError(f"objective {objective!r} is not allowed (allowed: builtin, command)")
-        ws = Workspace.at(workspace)
-        url = resolve_url(history if history is not None else ws.root / "studies" / "history.db")
-        if "://" not in str(history or "") and history is not None:
-            url = resolve_url(ws.path(history))
-        return cls(ws, url, objective, **kw)
+        ws = Workspace.at(workspace)          # the history is the operator's choice, not a tool argument
+        return cls(ws, resolve_url(history if history is not None else ws.root / "studies" / "history.db"), objective, **kw)
 
     @cached_property
     def history(self) -> History:
@@ -304,20 +301,22 @@ def rank_experiments(ctx: Context) -> dict[str, Any]:
 
 
 def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
-    """The current plan beside the fixtures and the best plan of every study, by dev then final."""
+    """The current plan beside the fixtures and the best plan of every study, by dev then final;
+    ``best_verified`` (with its plan) is the best one correct in both modes that does not regress final."""
+    _positive("limit", limit, allow_none=False)
     current = ctx.workspace.current_plan()
     cm = _measure(ctx, current)
-    rows = [{"source": "current", "plan_hash": plan_hash(current), "dev": cm["dev"]["best_cycles"], "final": cm["final"]["best_cycles"],
-             "correct": cm["dev"]["correct"] and cm["final"]["correct"]}]
-    rows += [{k: v for k, v in r.items() if k != "plan"} for r in _fixture_rows(ctx)]
-    rows += [{"source": f"study:{b['study']}", "plan_hash": b["plan_hash"], "dev": b["dev"], "final": b["final"], "correct": True}
-             for s in ctx.history.study_names() if s.endswith(ctx.objective.name) and (b := _study_best(ctx, s))]
+    rows = [{"source": "current", "plan_hash": plan_hash(current), "plan": current, "dev": cm["dev"]["best_cycles"],
+             "final": cm["final"]["best_cycles"], "correct": cm["dev"]["correct"] and cm["final"]["correct"]}]
+    rows += _fixture_rows(ctx)
+    rows += [{"source": f"study:{b['study']}", "plan_hash": b["plan_hash"], "plan": b["plan"], "dev": b["dev"], "final": b["final"],
+              "correct": True} for s in ctx.history.study_names() if s.endswith(ctx.objective.name) and (b := _study_best(ctx, s))]
     rows.sort(key=lambda r: (not r["correct"], r["dev"] if r["dev"] is not None else float("inf")))
     verified = [r for r in rows if r["correct"] and r["dev"] is not None and r["final"] is not None
                 and (cm["final"]["best_cycles"] is None or r["final"] <= cm["final"]["best_cycles"])]
     best = verified[0] if verified else None
-    return {"rows": rows[: max(int(limit), 1)], "best_verified": best,
-            "current_is_best": best is not None and best["plan_hash"] == rows[0]["plan_hash"] == plan_hash(current)}
+    return {"rows": [{k: v for k, v in r.items() if k != "plan"} for r in rows[:int(limit)]], "best_verified": best,
+            "current_is_best": best is not None and best["plan_hash"] == plan_hash(current)}
 
 
 # --- gate, apply, fixtures, results -----------------------------------------------------------

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from itertools import pairwise
 
 import pytest
 from conftest import ROOT
@@ -31,7 +32,8 @@ def test_json_output_of_read_only_commands(workspace):
     trace = json.loads(tuner(workspace, "--json", "trace_summary").stdout)
     assert trace["hotspot"]["case"].startswith("dev_") and trace["findings"]
     assert abs(sum(c["share"] for c in trace["components"].values()) - 1) < 1e-3
-    bench = json.loads(tuner(workspace, "benchmark_plan", "--json", "--plan", "tensor_plan_attempt1_best", "--modes", "dev", "final").stdout)
+    bench = json.loads(tuner(workspace, "benchmark_plan", "--json", "--plan", "tensor_plan_attempt1_best",
+                             "--modes", "dev", "final").stdout)
     assert set(bench["reports"]) == {"dev", "final"} and bench["correct_in_all"]
     diff = json.loads(tuner(workspace, "--json", "candidate_diff", "--candidate", "tensor_plan_iteration2_neighborhood_best",
                             "--against", "tensor_plan_attempt1_best").stdout)
@@ -74,4 +76,4 @@ def test_main_job_improves_the_baseline_at_least_five_times(workspace):
     assert after["best_cycles"]["final"] <= fixture["final"]["best_cycles"]
     assert (workspace / "fixtures" / "tuner_run_best.json").is_file()
     ranking = json.loads(tuner(workspace, "--json", "rank_experiments").stdout)["ranking"]
-    assert ranking and ranking[0]["rank"] == 1 and all(a["final"] <= b["final"] for a, b in zip(ranking, ranking[1:]))
+    assert ranking and ranking[0]["rank"] == 1 and all(a["final"] <= b["final"] for a, b in pairwise(ranking))

@@ -1,0 +1,104 @@
+"""The call helper: a real client over stdio, telemetry, exit codes, and the seed's workflow end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from conftest import child_env
+
+HELPER = ".harnessgym/runtime/mcp_call.py"
+
+
+def call(workspace, tool, arguments="{}", server="tensor-plan-server"):
+    out = subprocess.run([sys.executable, HELPER, "--server", server, "--tool", tool, "--arguments", arguments],
+                         cwd=workspace, capture_output=True, text=True, env=child_env(), timeout=600)
+    return out.returncode, (json.loads(out.stdout) if out.stdout.strip() else None), out.stderr
+
+
+def telemetry(workspace):
+    path = workspace / ".harnessgym" / "mcp_calls.jsonl"
+    return [json.loads(line) for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def test_one_telemetry_record_per_call_and_exit_codes(workspace):
+    rc, result, _ = call(workspace, "run_objective", '{"mode":"dev"}')
+    assert rc == 0 and result["mode"] == "dev" and result["best_cycles"] > 0
+    rc, result, err = call(workspace, "run_objective", '{"mode":"turbo"}')
+    assert rc == 1 and "mode" in result["error"]
+    rc, _, err = call(workspace, "run_objective", '{"mode": dev}')
+    assert rc == 2 and "not valid JSON" in err
+    rc, _, err = call(workspace, "run_objective", "[1]")
+    assert rc == 2 and "JSON object" in err
+    rc, _, err = call(workspace, "run_objective", "{}", server="nope")
+    assert rc == 2 and "unknown server 'nope'" in err and "tensor-plan-server" in err
+    records = telemetry(workspace)
+    assert len(records) == 5
+    assert [r["ok"] for r in records] == [True, False, False, False, False]
+    first = records[0]
+    assert first["server"] == "tensor-plan-server" and first["tool"] == "run_objective" and first["arguments"] == {"mode": "dev"}
+    assert first["duration_s"] > 0 and "best_cycles" in first["summary"] and first["time"].endswith("+00:00")
+
+
+def test_seed_workflow_through_the_helper(workspace):
+    before = json.loads((workspace / "kernel_plan.json").read_text())
+    steps = [
+        ("run_objective", {"mode": "dev"}),
+        ("trace_summary", {}),
+        ("resume_search_history", {}),
+        ("local_neighborhood_search", {"fixture": "tensor_plan_iteration2_neighborhood_best", "strategy": "checkpoint",
+                                       "include_final": True}),
+        ("bounded_exhaustive_search", {"profile": "iteration3_dev_core", "max_evals": 1814400, "include_final": True}),
+        ("bounded_exhaustive_search", {"profile": "iteration3_layout_relaxed", "include_final": True}),
+        ("search_plans", {"strategy": "quick"}),
+        ("compare_history", {}),
+    ]
+    results = {}
+    for tool, arguments in steps:
+        rc, result, err = call(workspace, tool, json.dumps(arguments))
+        assert rc == 0, (tool, err)
+        results[tool] = result
+    best = results["compare_history"]["best_verified"]
+    rc, diff, _ = call(workspace, "candidate_diff", json.dumps({"candidate": best["plan"]}))
+    assert rc == 0 and diff["changes"] and diff["metrics"]["dev"]["speedup"] >= 5
+    rc, bench, _ = call(workspace, "benchmark_plan", json.dumps({"plan": best["plan"], "modes": ["dev", "final"]}))
+    assert rc == 0 and bench["correct_in_all"]
+    rc, dry, _ = call(workspace, "apply_best_verified", '{"dry_run": true}')
+    assert rc == 0 and dry["passed"] and not dry["applied"]
+    assert json.loads((workspace / "kernel_plan.json").read_text()) == before
+    rc, applied, _ = call(workspace, "apply_best_verified", '{"dry_run": false}')
+    assert rc == 0 and applied["applied"] and applied["candidate"]["dev"]["correct"] and applied["candidate"]["final"]["correct"]
+    rc, _, _ = call(workspace, "export_candidate_fixture", '{"name": "attempt4_best"}')
+    assert rc == 0 and (workspace / "fixtures" / "attempt4_best.json").is_file()
+    rc, compared, _ = call(workspace, "compare_history", "{}")
+    assert rc == 0 and compared["current_is_best"]
+    rc, _, _ = call(workspace, "record_result", "{}")
+    assert rc == 0
+    after = json.loads((workspace / "kernel_plan.json").read_text())
+    assert after != before
+    result = json.loads((workspace / ".harnessgym" / "iteration_result.json").read_text())
+    assert result["metrics"]["best_cycles"] == result["metrics"]["score"] == applied["candidate"]["final"]["best_cycles"]
+    assert result["metrics"]["correct"] is True
+    assert result["metrics"]["dev_best_cycles"] * 5 <= applied["current"]["dev"]["best_cycles"]
+    assert {"run_objective", "trace_summary", "local_neighborhood_search", "apply_best_verified"} <= set(result["used_harness_tools"])
+    assert ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json" in result["used_harness_artifacts"]
+    assert len(telemetry(workspace)) == len(steps) + 7          # one record per helper call
+
+
+def test_mcp_install_prints_and_merges_client_configs(workspace):
+    def tuner(*args):
+        return subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "mcp", "install", *args],
+                              capture_output=True, text=True, env=child_env(), timeout=60)
+
+    claude = json.loads(tuner("--client", "claude").stdout)["mcpServers"]["tensor-plan-server"]
+    assert claude["command"] == "python3" and claude["args"][0].endswith("tensor_plan_server.py")
+    (workspace / ".vscode").mkdir()
+    (workspace / ".vscode" / "mcp.json").write_text('{"servers": {"other": {"type": "stdio", "command": "x"}}}')
+    assert tuner("--client", "vscode", "--write").returncode == 0
+    merged = json.loads((workspace / ".vscode" / "mcp.json").read_text())["servers"]
+    assert set(merged) == {"other", "tensor-plan-server"} and merged["tensor-plan-server"]["type"] == "stdio"
+    assert tuner("--client", "codex", "--write").returncode == 0
+    assert tuner("--client", "codex", "--write").returncode == 0
+    toml = (workspace / ".codex" / "config.toml").read_text()
+    assert toml.count("[mcp_servers.tensor-plan-server]") == 1 and f'cwd = "{workspace}"' in toml

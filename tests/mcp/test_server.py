@@ -1,0 +1,140 @@
+"""The MCP server over real stdio with the SDK's client: schemas, every tool, hostile arguments."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from conftest import child_env
+from mcp import Client, StdioServerParameters
+
+TOOLS = {"run_objective", "trace_summary", "validate_plan", "resume_search_history", "local_neighborhood_search",
+         "bounded_exhaustive_search", "search_plans", "candidate_diff", "benchmark_plan", "apply_candidate",
+         "apply_best_verified", "export_candidate_fixture", "compare_history", "rank_experiments", "record_result"}
+
+VALID = {
+    "run_objective": {"mode": "final"},
+    "trace_summary": {"plan": "tensor_plan_attempt1_best"},
+    "validate_plan": {"plan": {"block_m": 3}},
+    "resume_search_history": {"limit": 3},
+    "local_neighborhood_search": {"fixture": "tensor_plan_attempt1_best", "max_evals": 60, "include_final": True},
+    "bounded_exhaustive_search": {"profile": "iteration3_dev_core", "max_evals": 262144, "include_final": False},
+    "search_plans": {"strategy": "quick", "max_evals": 40, "seed": 1},
+    "candidate_diff": {"candidate": "tensor_plan_iteration2_neighborhood_best"},
+    "benchmark_plan": {"plan": "tensor_plan_attempt1_best", "modes": ["dev", "final"]},
+    "apply_candidate": {"plan": "tensor_plan_attempt1_best"},
+    "apply_best_verified": {},
+    "export_candidate_fixture": {"name": "from_mcp", "plan": "tensor_plan_attempt1_best"},
+    "compare_history": {"limit": 3},
+    "rank_experiments": {},
+    "record_result": {"path": "results/out.json"},
+}
+
+BAD = {
+    "run_objective": ({"mode": "fast"}, "mode"),
+    "trace_summary": ({"plan": "../../etc/passwd"}, "outside the workspace"),
+    "validate_plan": ({"plan": 42}, "plan"),
+    "resume_search_history": ({"limit": "5"}, "limit"),
+    "local_neighborhood_search": ({"fixture": "../fixtures/x"}, "not allowed"),
+    "bounded_exhaustive_search": ({"profile": "../../studies/x"}, "not allowed"),
+    "search_plans": ({"strategy": "grid"}, "strategy"),
+    "candidate_diff": ({"candidate": "/etc/passwd"}, "outside the workspace"),
+    "benchmark_plan": ({"modes": ["dev", "turbo"]}, "modes"),
+    "apply_candidate": ({"plan": "tensor_plan_iteration2_neighborhood_best", "dry_run": "false"}, "dry_run"),
+    "apply_best_verified": ({"dry_run": 0}, "dry_run"),
+    "export_candidate_fixture": ({"name": "../../evil"}, "not allowed"),
+    "compare_history": ({"limit": -1}, "limit"),
+    "rank_experiments": ({"extra": True}, "extra"),
+    "record_result": ({"path": "/tmp/elsewhere.json"}, "outside the workspace"),
+}
+
+
+def params(workspace: Path) -> StdioServerParameters:
+    manifest = json.loads((workspace / ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json").read_text())
+    entry = manifest["mcpServers"]["tensor-plan-server"]
+    return StdioServerParameters(command=entry["command"], args=entry["args"], env=child_env(), cwd=str(workspace))
+
+
+def tree_digest(root: Path) -> str:
+    digest = hashlib.sha256()
+    for path in sorted(p for p in root.rglob("*") if p.is_file() and "studies" not in p.parts and "__pycache__" not in p.parts):
+        digest.update(str(path.relative_to(root)).encode() + path.read_bytes())
+    return digest.hexdigest()
+
+
+@pytest.mark.anyio
+async def test_tools_are_listed_with_schemas_and_annotations(workspace):
+    async with Client(params(workspace)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+    assert set(tools) == TOOLS
+    for tool in tools.values():
+        assert tool.description and tool.output_schema is not None
+        assert tool.input_schema.get("additionalProperties") is False
+        for name, prop in tool.input_schema.get("properties", {}).items():
+            assert prop.get("description"), (tool.name, name)
+    assert tools["run_objective"].annotations.read_only_hint is True
+    assert tools["apply_candidate"].annotations.destructive_hint is True
+    assert tools["apply_candidate"].input_schema["properties"]["dry_run"]["default"] is True
+    assert tools["search_plans"].annotations.read_only_hint is False
+
+
+@pytest.mark.anyio
+async def test_every_tool_with_valid_then_bad_arguments(workspace):
+    plan_before = (workspace / "kernel_plan.json").read_bytes()
+    async with Client(params(workspace), read_timeout_seconds=300) as client:
+        for name, arguments in VALID.items():
+            result = await client.call_tool(name, arguments)
+            assert not result.is_error, (name, result.content)
+            assert isinstance(result.structured_content, dict), name
+        digest = tree_digest(workspace)
+        for name, (arguments, fragment) in BAD.items():
+            result = await client.call_tool(name, arguments)
+            text = " ".join(getattr(c, "text", "") for c in result.content)
+            assert result.is_error and fragment in text, (name, text)
+            assert "Traceback" not in text
+        assert tree_digest(workspace) == digest                           # hostile calls changed nothing
+    assert (workspace / "kernel_plan.json").read_bytes() == plan_before   # dry_run omitted: nothing applied
+    assert json.loads((workspace / "results/out.json").read_text())["metrics"]["score"] > 0
+    validated = VALID["validate_plan"]
+    assert validated == {"plan": {"block_m": 3}}
+
+
+@pytest.mark.anyio
+async def test_results_match_the_cli_objects(workspace):
+    from tuner import service
+
+    async with Client(params(workspace)) as client:
+        result = await client.call_tool("run_objective", {"mode": "dev", "plan": "tensor_plan_attempt1_best"})
+    direct = service.run_objective(service.Context.create(workspace), "dev", "tensor_plan_attempt1_best")
+    assert result.structured_content == json.loads(json.dumps(direct))
+
+
+@pytest.mark.anyio
+async def test_long_search_reports_progress(workspace):
+    seen = []
+
+    async def progress(done, total, message):
+        seen.append((done, total, message))
+
+    async with Client(params(workspace), read_timeout_seconds=300) as client:
+        result = await client.call_tool("bounded_exhaustive_search", {"profile": "iteration3_layout_relaxed", "include_final": False},
+                                        progress_callback=progress)
+    assert not result.is_error and result.structured_content["stopped"] == "exhausted"
+    assert seen and seen[-1][1] == 1_990_656
+
+
+def test_self_test_passes(workspace):
+    import subprocess
+
+    out = subprocess.run([sys.executable, ".harnessgym/mcp/tensor-plan-server/tensor_plan_server.py", "--self-test"],
+                         cwd=workspace, capture_output=True, text=True, env=child_env(), timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert out.stdout.count("PASS ") == 8 and "FAIL" not in out.stdout and "self-test passed" in out.stdout
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"

@@ -1,0 +1,103 @@
+"""The call helper behind ``.harnessgym/runtime/mcp_call.py``: a real MCP client over stdio, with telemetry."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any
+
+import anyio
+
+MANIFESTS = ".harnessgym/mcp"
+TELEMETRY = ".harnessgym/mcp_calls.jsonl"
+PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "TENSOR_PLAN_WORKSPACE")
+
+
+class HelperError(ValueError):
+    """Bad helper input (unknown server, arguments that are not a JSON object)."""
+
+
+def find_server(root: Path, name: str) -> dict[str, Any]:
+    """The ``mcpServers`` entry called ``name`` in the workspace's manifests."""
+    known = []
+    for manifest in sorted((root / MANIFESTS).glob("*/harnessgym-mcp.json")):
+        servers = json.loads(manifest.read_text(encoding="utf-8")).get("mcpServers", {})
+        known += list(servers)
+        if name in servers:
+            return servers[name]
+    raise HelperError(f"unknown server {name!r}; servers in {MANIFESTS}: {', '.join(known) or 'none'}")
+
+
+def _summary(result: dict[str, Any] | None) -> str:
+    if not isinstance(result, dict):
+        return ""
+    keys = ("best_cycles", "correct", "passed", "applied", "dry_run", "evaluations", "stopped", "valid", "path", "fixture")
+    picked = {k: result[k] for k in keys if k in result}
+    if isinstance(result.get("best"), dict):
+        picked["best_cycles"] = result["best"].get("cycles")
+    return json.dumps(picked, separators=(",", ":"))[:300]
+
+
+def _append(root: Path, record: dict[str, Any]) -> None:
+    path = root / TELEMETRY
+    path.parent.mkdir(parents=True, exist_ok=True)
+    line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        os.write(fd, line)                   # one write of one line: concurrent helpers do not interleave
+    finally:
+        os.close(fd)
+
+
+async def call(root: Path, server: str, tool: str, arguments: dict[str, Any], timeout: float) -> tuple[bool, Any, str]:
+    """(ok, structured result or None, error text) of one tool call over stdio."""
+    from mcp import Client, StdioServerParameters
+
+    entry = find_server(root, server)
+    env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ} | {k: str(v) for k, v in entry.get("env", {}).items()}
+    params = StdioServerParameters(command=entry["command"], args=list(entry.get("args", [])), env=env, cwd=str(root))
+    async with Client(params, read_timeout_seconds=timeout) as client:
+        result = await client.call_tool(tool, arguments)
+    text = " ".join(getattr(block, "text", "") for block in result.content)
+    return not result.is_error, result.structured_content, text
+
+
+def main(root: Path, argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="mcp_call.py", description="Call one tool of a workspace MCP server.")
+    parser.add_argument("--server", required=True)
+    parser.add_argument("--tool", required=True)
+    parser.add_argument("--arguments", default="{}", help="JSON object of tool arguments")
+    parser.add_argument("--timeout", type=float, default=600.0, help="seconds to wait for the result (default 600)")
+    args = parser.parse_args(argv)
+    started = time.monotonic()
+    record: dict[str, Any] = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "server": args.server, "tool": args.tool}
+    try:
+        arguments = json.loads(args.arguments)
+        if not isinstance(arguments, dict):
+            raise HelperError(f"--arguments must be a JSON object, got {type(arguments).__name__}")
+        record["arguments"] = arguments
+        ok, result, text = anyio.run(call, root, args.server, args.tool, arguments, args.timeout)
+    except (HelperError, json.JSONDecodeError) as exc:
+        message = f"--arguments is not valid JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+        print(f"mcp_call.py: error: {message}", file=sys.stderr)
+        _append(root, record | {"arguments": record.get("arguments", args.arguments), "duration_s": round(time.monotonic() - started, 3),
+                                "ok": False, "error": message, "summary": ""})
+        return 2
+    except Exception as exc:               # the server could not start or the call broke off
+        message = f"{exc.__class__.__name__}: {exc}"
+        print(f"mcp_call.py: error: {message}", file=sys.stderr)
+        _append(root, record | {"duration_s": round(time.monotonic() - started, 3), "ok": False, "error": message, "summary": ""})
+        return 1
+    record |= {"duration_s": round(time.monotonic() - started, 3), "ok": ok, "error": None if ok else text, "summary": _summary(result)}
+    _append(root, record)
+    if ok:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(json.dumps({"error": text}, indent=2))
+    print(f"mcp_call.py: {args.tool} failed: {text}", file=sys.stderr)
+    return 1
