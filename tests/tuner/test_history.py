@@ -44,8 +44,12 @@ def test_history_accepts_any_sqlalchemy_url(tmp_path):
 
 
 def _sweep(db):
-    with sqlite3.connect(db) as conn:
-        row = conn.execute("select evaluations, progress, state from tuner_sweeps").fetchone()
+    """The sweep record, or ``None`` while the searching process has not written one yet."""
+    try:
+        with sqlite3.connect(db) as conn:
+            row = conn.execute("select evaluations, progress, state from tuner_sweeps").fetchone()
+    except sqlite3.OperationalError:                  # tables not created yet
+        return None
     return (row[0], json.loads(row[1]), row[2]) if row else None
 
 
