@@ -18,12 +18,13 @@ from typing import Any
 import numpy as np
 
 from tuner import gate
-from tuner.history import History, resolve_url
+from tuner.history import History, Row, resolve_url
 from tuner.objectives import BuiltinObjective, CommandObjective, Objective
 from tuner.plan import Plan, PlanError, decode, diff, encode, plan_hash
 from tuner.search import Outcome, Search, Spec
 from tuner.space import Profile, load_profile, profile_names
 from tuner.strategies import STRATEGIES
+from tuner.task.benchmark import case_indicators, infeasibility
 from tuner.task.suites import MODES
 from tuner.task.trace import COMPONENTS
 from tuner.workspace import Workspace, WorkspaceError, atomic_write, check_name
@@ -111,8 +112,6 @@ def validate_plan(ctx: Context, plan: str | dict[str, Any] | None = None) -> dic
         resolved, label = _plan(ctx, plan)
     except PlanError as exc:
         return {"valid": False, "error": str(exc)}
-    from tuner.task.benchmark import infeasibility
-
     reasons = {m: infeasibility(resolved, m) for m in MODES}
     return {"valid": True, "plan_source": label, "plan_hash": plan_hash(resolved), "plan": resolved,
             "feasible": {m: r is None for m, r in reasons.items()}, "reasons": {m: r for m, r in reasons.items() if r}}
@@ -138,8 +137,6 @@ def trace_summary(ctx: Context, plan: str | dict[str, Any] | None = None, mode: 
                    "components": case.get("components", {})} for case in cases],
     }
     if isinstance(ctx.objective, BuiltinObjective):
-        from tuner.task.benchmark import case_indicators
-
         indicators = case_indicators(resolved, mode)
         summary["indicators"] = indicators
         notes = sorted({n for ind in indicators.values() for n in ind["notes"]})
@@ -247,7 +244,6 @@ def _history_rows(ctx: Context, limit: int) -> list[dict[str, Any]]:
     missing = [r for r in dev if r.plan_hash not in final]
     if missing:
         result = ctx.objective.evaluate(np.stack([r.idx for r in missing]), "final")
-        from tuner.history import Row
         rows = [Row(r.plan_hash, float(c) if np.isfinite(c) else None, bool(ok), None if np.isnan(m) else float(m), r.idx)
                 for r, c, ok, m in zip(missing, result.cycles, result.correct, result.max_abs, strict=True)]
         ctx.history.write(name, "final", rows)
