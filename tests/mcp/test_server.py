@@ -138,3 +138,28 @@ def test_self_test_passes(workspace):
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_cancelled_search_stops_in_the_server(workspace):
+    import sqlite3
+
+    import anyio
+
+    def evaluations():
+        try:
+            with sqlite3.connect(workspace / "studies" / "history.db") as conn:
+                row = conn.execute("select evaluations from tuner_sweeps").fetchone()
+        except sqlite3.OperationalError:
+            return None
+        return row[0] if row else None
+
+    async with Client(params(workspace)) as client:
+        with anyio.move_on_after(4):
+            await client.call_tool("search_plans", {"strategy": "quick", "max_evals": 1_000_000, "time_s": 120})
+        await anyio.sleep(3)                                    # the worker notices the stop flag at its next batch
+        first = evaluations()
+        await anyio.sleep(3)
+        assert first is not None and evaluations() == first    # nothing more is scored after the cancel
+        result = await client.call_tool("run_objective", {})    # and the server still answers
+        assert not result.is_error
