@@ -30,9 +30,11 @@ def main() -> None:
     idx = np.stack([rng.integers(0, k.size, args.plans) for k in KNOBS], axis=1).astype(np.int16)
     for mode in ("dev", "final"):
         score_batch(idx[:1000], mode)                       # build the per-case tables
-        start = time.perf_counter()
-        scores = score_batch(idx, mode)
-        elapsed = time.perf_counter() - start
+        elapsed = float("inf")
+        for _ in range(3):                                  # best of three: the machine is shared
+            start = time.perf_counter()
+            scores = score_batch(idx, mode)
+            elapsed = min(elapsed, time.perf_counter() - start)
         print(f"batch {mode:5s}: {args.plans / elapsed:>12,.0f} plans/s  ({args.plans:,} plans in {elapsed:.2f} s, "
               f"{np.isfinite(scores).mean():.0%} feasible)")
     plan = decode(idx[0])

@@ -12,7 +12,7 @@ import numpy as np
 
 from tuner.plan import Plan, encode, plan_hash
 from tuner.task.cycles import Columns, footprint_kb, suite_cycles
-from tuner.task.geometry import geometry
+from tuner.task.geometry import GEOMETRY_KNOBS, geometry
 from tuner.task.suites import Case, suite
 from tuner.task.trace import components, indicators
 from tuner.task.verifier import TOLERANCE, verify
@@ -34,7 +34,7 @@ def infeasibility(plan: Plan, mode: str) -> str | None:
                     f"(Q tile {plan['block_m']}x{case.d}, {plan['dma_stages']} DMA stages of K and V chunks "
                     f"{plan['block_n']}x{chunk}{', pairwise partial buffer' if plan['accum'] == 'pairwise' else ''}): "
                     "raise scratchpad_kb or lower dma_stages, block_n or block_k")
-        kv_blocks = int(geometry(case).kv_blocks[0, c.block_n_i[0], 0])
+        kv_blocks = int(geometry(case).kv_blocks.take(c.flat(GEOMETRY_KNOBS))[0])
         if plan["split_k"] > kv_blocks:
             return (f"split_k={plan['split_k']} exceeds the {kv_blocks} KV blocks of {case.name} at block_n={plan['block_n']}: "
                     "lower split_k or block_n")

@@ -17,13 +17,12 @@ import numpy as np
 
 from tuner.knobs import BY_NAME, KNOBS, POSITION
 from tuner.task import machine as hw
-from tuner.task.geometry import MAX_CTAS, geometry
+from tuner.task.geometry import GEOMETRY_KNOBS, MAX_CTAS, geometry
 from tuner.task.suites import Case
 
 PENALTIES = ("bank_conflicts", "dma_penalty", "spill", "scratchpad_pressure", "sync_epilogue", "tail", "memory")
 
 LAYOUT_ROW, LAYOUT_COL, LAYOUT_BLOCKED, LAYOUT_SWIZZLED = range(4)
-O_ROW, O_BLOCKED, O_STREAMED = range(3)
 ACC_SEQ, ACC_PAIRWISE, ACC_TREE, ACC_KAHAN = range(4)
 SM_TWO_PASS, SM_ONLINE, SM_RENORM, SM_POLY = range(4)
 SCHED_STATIC, SCHED_PERSISTENT, SCHED_SPLIT = range(3)
@@ -36,6 +35,13 @@ SOFTMAX_OPS_PER_SCORE = 3.0                                    # scale, max, sub
 SYNC_CLK_PER_WARP = 6.0
 CTA_START = 200.0
 SWIZZLE_BYTES_PER_CLK = 32.0                                   # on-the-fly swizzle goes through registers
+RESCALE_PER_ROW_DIM = np.array([0.0, 1.0, 0.25, 1.0])           # O rescale ops per row x head_dim, by softmax
+O_STORE_EXPOSED = np.array([1.0, 0.75, 0.25])                  # share of the O store not hidden: row_major, blocked, streamed
+EPILOGUE_CLK_PER_SCORE = np.array([                             # by epilogue; fused_scale pays on masked tiles only
+    2 / hw.FMA_OPS_PER_CLK + hw.BYTES_FP32 * 2 / hw.SMEM_BYTES_PER_CLK,   # separate: extra pass through scratchpad
+    0.0,
+    0.25 / hw.FMA_OPS_PER_CLK,                                  # fused mask: predicates on every tile
+])
 
 
 def _values(name: str) -> np.ndarray:
@@ -179,18 +185,23 @@ def _run_bytes(layout: np.ndarray, c: Columns, case: Case, bk: np.ndarray) -> np
 LIMITERS = ("registers", "warps", "hardware cap", "scratchpad allocation")
 
 
-def occupancy(c: Columns, case: Case, need: np.ndarray, limit: np.ndarray,
-              ignore_scratchpad: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Resident CTAs per core (float64, >= 1) and the index in ``LIMITERS`` of what limits it."""
-    threads = c.num_warps * 32
-    limits = np.stack([
-        np.floor(hw.REGISTERS_PER_CORE / (threads * np.minimum(need, limit))),
-        np.floor(hw.MAX_WARPS_PER_CORE / c.num_warps),
-        np.full_like(need, MAX_CTAS),
-        np.full_like(need, np.inf) if ignore_scratchpad else np.floor(hw.SCRATCHPAD_KB / c.scratchpad_kb),
-    ])
-    ctas = np.maximum(limits.min(axis=0), 1.0)
-    return ctas, limits.argmin(axis=0)
+def _occupancy_limits(c: Columns, need: np.ndarray, limit: np.ndarray, ignore_scratchpad: bool) -> list[np.ndarray]:
+    """CTAs per core each resource allows, in ``LIMITERS`` order."""
+    return [np.floor(hw.REGISTERS_PER_CORE / (c.num_warps * 32 * np.minimum(need, limit))),
+            np.floor(hw.MAX_WARPS_PER_CORE / c.num_warps),
+            np.full_like(need, MAX_CTAS),
+            np.full_like(need, np.inf) if ignore_scratchpad else np.floor(hw.SCRATCHPAD_KB / c.scratchpad_kb)]
+
+
+def occupancy(c: Columns, need: np.ndarray, limit: np.ndarray, ignore_scratchpad: bool = False) -> np.ndarray:
+    """Resident CTAs per core (float64, >= 1)."""
+    regs, warps, cap, scratch = _occupancy_limits(c, need, limit, ignore_scratchpad)
+    return np.maximum(np.minimum(np.minimum(regs, warps), np.minimum(cap, scratch)), 1.0)
+
+
+def occupancy_limiter(c: Columns, need: np.ndarray, limit: np.ndarray) -> np.ndarray:
+    """Index in ``LIMITERS`` of the resource that limits resident CTAs."""
+    return np.stack(_occupancy_limits(c, need, limit, False)).argmin(axis=0)
 
 
 def dma_traffic(c: Columns, case: Case) -> tuple[np.ndarray, ...]:
@@ -226,14 +237,14 @@ def case_cycles(plans: np.ndarray | Columns, case: Case, removed: Collection[str
     bm, bn, nw = c.block_m, c.block_n, c.num_warps
     bk = np.minimum(c.block_k, d)
     chunks = np.ceil(d / bk)
-    gi = (c.block_m_i, c.block_n_i, c.split_k_i)
-    kv_blocks = g.kv_blocks[gi]
+    gi = c.flat(GEOMETRY_KNOBS)
+    kv_blocks = g.kv_blocks.take(gi)
     feasible = (footprint_kb(c, case) <= c.scratchpad_kb) & (c.split_k <= kv_blocks)
 
     # Registers, spills and occupancy (4.2).
     need, limit, math_warps, col_split = registers(c, case)
     spilled = np.maximum(need - limit, 0.0) * ("spill" not in removed)
-    ctas = occupancy(c, case, need, limit, ignore_scratchpad="scratchpad_pressure" in removed)[0]
+    ctas = occupancy(c, need, limit, ignore_scratchpad="scratchpad_pressure" in removed)
 
     # Compute per KV tile (4.4).
     split = c.schedule_i == SCHED_SPLIT
@@ -244,7 +255,7 @@ def case_cycles(plans: np.ndarray | Columns, case: Case, removed: Collection[str
     tc = macs / (hw.TC_MACS_PER_CLK * feed)
     poly = c.softmax_i == SM_POLY
     exps = np.where(poly, 0.0, scores)
-    rescale = np.select([c.softmax_i == SM_RENORM, two_pass], [0.25 * bm * d, 0.0], bm * d)
+    rescale = RESCALE_PER_ROW_DIM[c.softmax_i] * bm * d
     fma = (scores * (SOFTMAX_OPS_PER_SCORE + two_pass + poly * POLY_OPS_PER_EXP)
            + scores * chunks * ACCUM_FMA_PER_SCORE_CHUNK[c.accum_i]
            + rescale + scores * 0.5 * (c.swizzle_i == SWZ_XOR))
@@ -264,12 +275,10 @@ def case_cycles(plans: np.ndarray | Columns, case: Case, removed: Collection[str
     compute = np.where(overlap, np.maximum(matmul, softmax) + 0.1 * np.minimum(matmul, softmax), matmul + softmax)
 
     # Per-tile synchronisation and epilogue work (sync_epilogue).
-    masked_share = g.masked_tiles[gi] / np.maximum(g.tiles[gi], 1.0)
-    sync = (nw * SYNC_CLK_PER_WARP * (1 + split)
-            + np.select([c.epilogue_i == EPI_SEPARATE, c.epilogue_i == EPI_SCALE],
-                        [scores * 2 / hw.FMA_OPS_PER_CLK + scores * hw.BYTES_FP32 * 2 / hw.SMEM_BYTES_PER_CLK,
-                         masked_share * scores / hw.FMA_OPS_PER_CLK],
-                        scores * 0.25 / hw.FMA_OPS_PER_CLK))                 # fused mask: predicates on every tile
+    tiles, items = g.tiles.take(gi), g.items.take(gi)
+    masked_share = g.masked_tiles.take(gi) / np.maximum(tiles, 1.0)
+    sync = (nw * SYNC_CLK_PER_WARP * (1 + split) + scores * EPILOGUE_CLK_PER_SCORE[c.epilogue_i]
+            + (c.epilogue_i == EPI_SCALE) * masked_share * scores / hw.FMA_OPS_PER_CLK)
     if "sync_epilogue" in removed:
         sync = 0.0
 
@@ -295,20 +304,19 @@ def case_cycles(plans: np.ndarray | Columns, case: Case, removed: Collection[str
     tile_time = np.maximum(step, ctas * busy) + sync + spill_cost
 
     # Items, schedule and waves (4.8).
-    ci = ctas.astype(np.intp) - 1
+    gci = gi * MAX_CTAS + ctas.astype(np.intp) - 1
     slots = hw.CORES * ctas
     bh = float(case.bh)
-    total_tiles = g.tiles[gi] * bh
+    total_tiles = tiles * bh
+    waves = g.waves.take(gci)
     if "tail" in removed:
-        total_tiles = g.useful_tiles[gi] * bh
+        total_tiles = g.useful_tiles.take(gi) * bh
         makespan_tiles = total_tiles / slots
     else:
-        balanced = np.maximum(g.tiles[gi] * bh / slots + (g.waves[(*gi, ci)] - g.items[gi] * bh / slots) * g.min_item[gi],
-                              g.max_item[gi])
-        makespan_tiles = np.where(c.schedule_i == SCHED_STATIC, g.static_tiles[(*gi, ci)], balanced)
-    waves = g.waves[(*gi, ci)]
+        balanced = np.maximum((tiles * bh - items * bh * g.min_item.take(gi)) / slots + waves * g.min_item.take(gi), g.max_item.take(gi))
+        makespan_tiles = np.where(c.schedule_i == SCHED_STATIC, g.static_tiles.take(gci), balanced)
     q_bytes = bm * d * hw.BYTES_BF16
-    o_store = q_bytes / hw.DMA_BYTES_PER_CLK * np.select([c.o_layout_i == O_ROW, c.o_layout_i == O_BLOCKED], [1.0, 0.75], 0.25)
+    o_store = q_bytes / hw.DMA_BYTES_PER_CLK * O_STORE_EXPOSED[c.o_layout_i]
     col_merge = (col_split - 1) * bm * d * hw.BYTES_FP32 / hw.SMEM_BYTES_PER_CLK
     item_sync = o_store + col_merge
     if "sync_epilogue" in removed:
@@ -321,7 +329,7 @@ def case_cycles(plans: np.ndarray | Columns, case: Case, removed: Collection[str
     # Roofline, launches and the split-k merge.
     kv_tile_bytes = 2 * bn * d * hw.BYTES_BF16
     unique = bh * (2 * case.s * d * hw.BYTES_BF16) * 2
-    head_waves = np.ceil(g.items[gi] / slots)          # items of one head resident together share K/V fetches
+    head_waves = np.ceil(items / slots)          # items of one head resident together share K/V fetches
     reread = (head_waves - 1) * unique / 2
     partials = bh * case.s * d * (hw.BYTES_FP32 * c.split_k - hw.BYTES_BF16) * (c.split_k > 1)
     dram_bytes = (unique + (1 - hw.L2_HIT_ON_REREAD) * reread) * moved / useful_bytes + partials
@@ -343,7 +351,7 @@ def feasible(plans: np.ndarray | Columns, cases: tuple[Case, ...]) -> np.ndarray
     ok = np.ones(len(c.idx), dtype=bool)
     for case in cases:
         ok &= footprint_kb(c, case) <= c.scratchpad_kb
-        ok &= c.split_k <= geometry(case).kv_blocks[c.block_m_i, c.block_n_i, c.split_k_i]
+        ok &= c.split_k <= geometry(case).kv_blocks.take(c.flat(GEOMETRY_KNOBS))
     return ok
 
 

@@ -1,7 +1,8 @@
 """Mask geometry: which KV tiles each work item visits, per case and tile shape.
 
-Tables are indexed ``[block_m index, block_n index, split_k index]`` (catalogue order) and are
-computed once per case. Tile counts are per batch x head; ``bh`` multiplies them.
+Tables are flat arrays indexed by the row-major position in the grid of ``GEOMETRY_KNOBS``
+(block_m, block_n, split_k; times ``MAX_CTAS`` for the per-occupancy ones) and are computed once
+per case. Tile counts are per batch x head; ``bh`` multiplies them.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ BLOCK_M = BY_NAME["block_m"].choices
 BLOCK_N = BY_NAME["block_n"].choices
 SPLIT_K = BY_NAME["split_k"].choices
 MAX_CTAS = 4
+GEOMETRY_KNOBS = ("block_m", "block_n", "split_k")
 
 
 @dataclass(frozen=True)
@@ -79,4 +81,4 @@ def geometry(case: Case, cores: int = 16) -> Geometry:
                     padded_launch[: launch.size] = launch
                     static_tiles[i, j, k, c] = padded_launch.reshape(n_waves, slots).max(axis=1).sum()
                     waves[i, j, k, c] = n_waves
-    return Geometry(static_tiles=static_tiles, waves=waves, **t)
+    return Geometry(static_tiles=static_tiles.ravel(), waves=waves.ravel(), **{k: v.ravel() for k, v in t.items()})

@@ -24,6 +24,7 @@ from tuner.task.cycles import (
     dma_traffic,
     footprint_kb,
     occupancy,
+    occupancy_limiter,
     registers,
 )
 from tuner.task.suites import Case
@@ -55,7 +56,7 @@ def indicators(idx: np.ndarray, case: Case) -> dict[str, Any]:
     c = Columns(np.asarray(idx).reshape(1, -1))
     factors = [float(f[0]) for f in conflict_factors(c, case)]
     need, limit, math_warps, _ = registers(c, case)
-    ctas, limiter = occupancy(c, case, need, limit)
+    ctas, limiter = occupancy(c, need, limit), occupancy_limiter(c, need, limit)
     useful, moved, bursts, on_the_fly = dma_traffic(c, case)
     footprint = float(footprint_kb(c, case)[0])
     notes: list[str] = []
