@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "run":
         kwargs["apply"] = kwargs.pop("apply")
     try:
-        ctx = service.Context.create(args.workspace, args.history, args.objective, tools_used=[])
+        ctx = service.Context.create(args.workspace, args.history, args.objective)
         result = function(ctx, **kwargs)
     except INPUT_ERRORS as exc:
         print(f"tuner {args.command}: error: {exc}", file=sys.stderr)

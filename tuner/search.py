@@ -95,7 +95,6 @@ class Search:
         self.evaluations = record["evaluations"] if record else 0
         self.resumed_from = self.evaluations
         self.trials_written = 0
-        self.previously_done = bool(record and record["state"] == "done")
         self.cached_hits = 0
         self.started = time.monotonic()
         self.seen: dict[str, float] = {}

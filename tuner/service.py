@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from typing import Any
@@ -47,7 +47,6 @@ class Context:
     objective_kind: str = "builtin"
     progress: Callable[[int, int, str], None] | None = None
     should_stop: Callable[[], bool] | None = None
-    tools_used: list[str] = field(default_factory=list)
 
     @classmethod
     def create(cls, workspace: str | Path = ".", history: str | None = None, objective: str = "builtin", **kw: Any) -> Context:
@@ -386,7 +385,7 @@ def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None
     final = ctx.objective.report(plan, "final")
     dev = ctx.objective.report(plan, "dev")
     used = _telemetry_tools(ctx)
-    used += [t for t in [*(tools or []), *ctx.tools_used] if t not in used]
+    used += [t for t in tools or [] if t not in used]
     artifacts = [p for p in (f"{SERVER_DIR}/harnessgym-mcp.json", f"{SERVER_DIR}/tensor_plan_server.py")
                  if (ctx.workspace.root / p).is_file()]
     result = {"metrics": {"best_cycles": final["best_cycles"], "score": final["best_cycles"],
