@@ -26,6 +26,7 @@ from tuner.strategies.checkpoint import climb
 FIRST_EXPLORATION = 0.3            # share of the budget TPE explores before the first polish
 LATER_EXPLORATION = 0.1            # share between later polishes
 STARTUP_TRIALS = 20
+EI_CANDIDATES = 8                  # fewer than Optuna's 24: cheaper asks, and no worse on this space (perf/tuner_speed.py)
 POLISH = ("single",)               # the climb's cheap neighbourhoods; pairs and grids are checkpoint's job
 REGIME = (POSITION["schedule"], POSITION["num_warps"])
 STARTS = 3                         # regimes polished after each exploration share
@@ -54,7 +55,8 @@ def _starts(search: Search, polished: set[str]) -> list[np.ndarray]:
 
 
 def run(search: Search) -> Outcome:
-    sampler = TPESampler(seed=search.spec.seed + search.evaluations, multivariate=True, n_startup_trials=STARTUP_TRIALS)
+    sampler = TPESampler(seed=search.spec.seed + search.evaluations, multivariate=True, n_startup_trials=STARTUP_TRIALS,
+                         n_ei_candidates=EI_CANDIDATES)
     study = optuna.create_study(direction="minimize", sampler=sampler)
     told: set[str] = set()
     _tell_seen(study, search, told)                       # resume: TPE remembers what earlier runs told it
