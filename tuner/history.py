@@ -27,6 +27,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from tuner.knobs import KNOBS
+from tuner.objectives.base import Evaluations, Objective
 from tuner.plan import decode, plan_hash
 from tuner.space import DISTRIBUTIONS, to_params
 
@@ -71,6 +72,12 @@ class Row:
     correct: bool
     max_abs: float | None
     idx: np.ndarray = field(repr=False)
+
+
+def rows_of(result: Evaluations, hashes: list[str], idx: np.ndarray) -> list[Row]:
+    """Cache rows of an objective's results (aligned with ``hashes`` and ``idx``)."""
+    return [Row(h, float(c) if np.isfinite(c) else None, bool(ok), None if np.isnan(m) else float(m), np.array(row))
+            for h, c, ok, m, row in zip(hashes, result.cycles, result.correct, result.max_abs, idx, strict=True)]
 
 
 @dataclass
@@ -154,6 +161,17 @@ class History:
                 rows[r.plan_hash] = Row(r.plan_hash, r.best_cycles, bool(r.correct), r.max_abs,
                                         np.array(json.loads(r.plan), dtype=np.int16))
         return rows
+
+    def scored(self, objective: Objective, mode: str, idx: np.ndarray) -> dict[str, Row]:
+        """Rows of the plans ``idx`` in ``mode``: from the cache, the rest scored now and cached."""
+        hashes = [plan_hash(decode(row)) for row in idx]
+        found = self.cached(objective.name, mode, hashes)
+        todo = sorted({h: i for i, h in enumerate(hashes) if h not in found}.values())
+        if todo:
+            rows = rows_of(objective.evaluate(idx[todo], mode), [hashes[i] for i in todo], idx[todo])
+            self.write(objective.name, mode, rows)
+            found |= {r.plan_hash: r for r in rows}
+        return found
 
     # --- studies ----------------------------------------------------------------------------
 

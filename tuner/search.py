@@ -16,7 +16,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from tuner.history import History, Row, TrialRecord
+from tuner.history import History, Row, TrialRecord, rows_of
 from tuner.objectives import Objective
 from tuner.plan import decode, plan_hash
 
@@ -166,13 +166,10 @@ class Search:
         if fresh:
             result = self.objective.evaluate(idx[fresh], self.spec.mode)
             self.evaluations += len(fresh) * counted
-            for k, i in enumerate(fresh):
-                cycles = float(result.cycles[k]) if np.isfinite(result.cycles[k]) else None
-                max_abs = None if np.isnan(result.max_abs[k]) else float(result.max_abs[k])
-                row = Row(hashes[i], cycles, bool(result.correct[k]), max_abs, idx[i].copy())
-                self.cache[hashes[i]] = row
+            for i, row in zip(fresh, rows_of(result, [hashes[i] for i in fresh], idx[fresh]), strict=True):
+                self.cache[row.plan_hash] = row
                 self._rows.append(row)
-                values[i] = self._accept(idx[i], hashes[i], cycles, row.correct, max_abs, attrs, cached=False)
+                values[i] = self._accept(idx[i], row.plan_hash, row.cycles, row.correct, row.max_abs, attrs, cached=False)
             self._bar.update(len(fresh) * counted)
         for i, h in enumerate(hashes):                      # duplicates within this batch
             if h and np.isinf(values[i]) and h in self.seen:
@@ -221,21 +218,10 @@ class Search:
 
     def check_final(self, candidates: list[Candidate]) -> None:
         """Fill ``final_cycles``/``final_correct`` (cached in history under mode ``final``)."""
-        cache = self.history.cached(self.objective.name, "final", [plan_hash(decode(c.idx)) for c in candidates])
-        todo = [c for c in candidates if plan_hash(decode(c.idx)) not in cache]
-        rows = []
-        if todo:
-            result = self.objective.evaluate(np.stack([c.idx for c in todo]), "final")
-            for k, c in enumerate(todo):
-                cycles = float(result.cycles[k]) if np.isfinite(result.cycles[k]) else None
-                max_abs = None if np.isnan(result.max_abs[k]) else float(result.max_abs[k])
-                row = Row(plan_hash(decode(c.idx)), cycles, bool(result.correct[k]), max_abs, c.idx)
-                cache[row.plan_hash], rows = row, [*rows, row]
+        rows = self.history.scored(self.objective, "final", np.stack([c.idx for c in candidates]))
         for c in candidates:
-            row = cache[plan_hash(decode(c.idx))]
+            row = rows[plan_hash(decode(c.idx))]
             c.final_cycles, c.final_correct = (row.cycles if row.cycles is not None else float("inf")), row.correct
-        if rows:
-            self.history.write(self.objective.name, "final", rows)
 
     def top(self, n: int = 10) -> list[Candidate]:
         """Best correct plans seen by this run (and its earlier runs), best first."""

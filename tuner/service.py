@@ -18,7 +18,7 @@ from typing import Any
 import numpy as np
 
 from tuner import gate
-from tuner.history import History, Row, resolve_url
+from tuner.history import History, resolve_url
 from tuner.objectives import BuiltinObjective, CommandObjective, Objective
 from tuner.plan import Plan, PlanError, decode, diff, encode, plan_hash
 from tuner.search import Outcome, Search, Spec
@@ -239,14 +239,7 @@ def _history_rows(ctx: Context, limit: int) -> list[dict[str, Any]]:
     dev = [r for r in ctx.history.cached(name, "dev").values() if r.correct and r.cycles is not None]
     dev.sort(key=lambda r: r.cycles)
     dev = dev[: max(limit * 4, limit)]
-    final = ctx.history.cached(name, "final", [r.plan_hash for r in dev])
-    missing = [r for r in dev if r.plan_hash not in final]
-    if missing:
-        result = ctx.objective.evaluate(np.stack([r.idx for r in missing]), "final")
-        rows = [Row(r.plan_hash, float(c) if np.isfinite(c) else None, bool(ok), None if np.isnan(m) else float(m), r.idx)
-                for r, c, ok, m in zip(missing, result.cycles, result.correct, result.max_abs, strict=True)]
-        ctx.history.write(name, "final", rows)
-        final |= {r.plan_hash: r for r in rows}
+    final = ctx.history.scored(ctx.objective, "final", np.stack([r.idx for r in dev])) if dev else {}
     out = []
     for r in dev:
         f = final[r.plan_hash]

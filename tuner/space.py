@@ -8,7 +8,6 @@ mixed-radix index, so a grid of millions never has to exist as a list.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass
 from math import prod
 from pathlib import Path
@@ -17,9 +16,9 @@ import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from tuner.knobs import BY_NAME, KNOB_NAMES, KNOBS, Knob
+from tuner.workspace import NAME_PATTERN
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "studies"
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
 
 
 def distribution(knob: Knob) -> BaseDistribution:
@@ -81,7 +80,7 @@ def profile_names(extra: Path | None = None) -> list[str]:
 def load_profile(name: str, extra: Path | None = None) -> Profile:
     """The profile ``NAME.json`` from ``extra`` or the built-in ``studies/``; :class:`ProfileError` otherwise."""
     known = ", ".join(profile_names(extra))
-    if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not NAME_PATTERN.match(name) or name in (".", ".."):
         raise ProfileError(f"profile name {name!r} is not allowed (letters, digits, '_', '-', '.'); known profiles: {known}")
     path = next((folder / f"{name}.json" for folder in _folders(extra) if (folder / f"{name}.json").is_file()), None)
     if path is None or not path.resolve().is_relative_to(path.parent.resolve()):

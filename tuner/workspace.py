@@ -19,7 +19,7 @@ from tuner.plan import Plan, PlanError, load_plan, validate_plan
 
 PLAN_FILE = "kernel_plan.json"
 FIXTURE_DIRS = ("fixtures", ".harnessgym/fixtures")
-_NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")
+NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")   # a plain file name stem: fixtures, profiles
 
 
 class WorkspaceError(ValueError):
@@ -91,7 +91,7 @@ class Workspace:
             return validate_plan(ref), "inline plan"
         if not isinstance(ref, str):
             raise WorkspaceError(f"a plan reference must be a fixture name, a path or a plan object, got {type(ref).__name__}")
-        if _NAME.match(ref) and not ref.endswith(".json"):
+        if NAME_PATTERN.match(ref) and not ref.endswith(".json"):
             return validate_plan(self.fixture(ref)["plan"]), f"fixture {ref}"
         path = self.path(ref)
         if not path.is_file():
@@ -101,7 +101,7 @@ class Workspace:
 
 def check_name(name: str, what: str) -> str:
     """``name`` if it is a plain file name stem; :class:`WorkspaceError` otherwise."""
-    if not isinstance(name, str) or not _NAME.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not NAME_PATTERN.match(name) or name in (".", ".."):
         raise WorkspaceError(f"{what} name {name!r} is not allowed (letters, digits, '_', '-', '.'; no path)")
     return name
 
