@@ -1,30 +1,40 @@
 """``checkpoint``: local search around a plan or fixture.
 
-Each round first takes the nearest single mutations (ordinal knobs one step, nominal knobs any
-value) in a seeded random order, a small batch at a time, moving at the first improvement; then
-all single mutations; if none improves, the pairs of the
-most promising singles (second-order steps, cheap), then all pairs (ordinal knobs one step),
-then a bounded +-1 grid over the tile, warp, DMA and scratchpad knobs. The best improving move
-becomes the current plan and the round starts again; it stops when no neighbour improves.
+Each round first takes steps: the neighbours of the current plan in a seeded random order, the
+nearest first (ordinal knobs one step), then every single mutation, the joint moves of coupled
+knobs and the infeasible moves made feasible by one more change (:mod:`.neighbourhood`), a few at
+a time, moving at the first improvement. When no step improves, the wider ``phases`` follow: pairs
+of the most promising singles (second-order steps, cheap), all pairs (ordinal knobs one step), then
+a bounded +-1 grid over the tile, warp, DMA and scratchpad knobs. The best improving move becomes
+the current plan and the round starts again; it stops when no neighbour improves.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import numpy as np
 
 from tuner.search import Outcome, Search
-from tuner.strategies.neighbourhood import combined, grid, pairs, singles
+from tuner.strategies.neighbourhood import combined, coupled, grid, pairs, repairs, singles
 
-PHASES = ("single", "combined", "pair", "grid")
-STEP_BATCH = 8
+PHASES = ("combined", "pair", "grid")
+STEP_BATCH = 4                      # neighbours scored per step; the first improvement among them is taken
+
+
+def step_neighbours(center: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray], rng: np.random.Generator) -> np.ndarray:
+    """The feasible step neighbourhood of ``center``, shuffled: nearest singles first, then the rest."""
+    near = singles(center, near=True)
+    moves = np.concatenate([singles(center), coupled(center)])
+    rest = np.concatenate([moves, repairs(center, moves, feasible)])
+    near, rest = near[feasible(near)], rest[feasible(rest)]
+    return np.concatenate([near[rng.permutation(len(near))], rest[rng.permutation(len(rest))]])
 
 
 def _steps(search: Search, current: np.ndarray, value: float, rng: np.random.Generator) -> tuple[np.ndarray, float]:
-    """Greedy steps to the nearest neighbours, a shuffled batch at a time, until none improves."""
+    """First-improvement steps through the step neighbourhood until none improves (or a budget ends)."""
     while search.stop_reason() is None:
-        candidates = singles(current, near=True)
-        candidates = candidates[search.objective.feasible(candidates)]
-        candidates = candidates[rng.permutation(len(candidates))]
+        candidates = step_neighbours(current, search.objective.feasible, rng)
         for start in range(0, len(candidates), STEP_BATCH):
             batch = candidates[start:start + STEP_BATCH]
             values = search.evaluate(batch, {"phase": "step"})
@@ -33,46 +43,45 @@ def _steps(search: Search, current: np.ndarray, value: float, rng: np.random.Gen
                 current, value = batch[pick], float(values[pick])
                 break
             if search.stop_reason():
-                return current, value
+                break
         else:
-            return current, value
+            break
     return current, value
+
+
+def _wider(phase: str, current: np.ndarray, search: Search) -> np.ndarray:
+    if phase == "combined":                         # the singles' values are in the cache after the steps
+        moves = singles(current)
+        moves = moves[search.objective.feasible(moves)]
+        return combined(current, moves, search.evaluate(moves, {"phase": phase}))
+    return pairs(current) if phase == "pair" else grid(current)
 
 
 def climb(search: Search, start: np.ndarray, phases: tuple[str, ...] = PHASES) -> str:
     """Move from ``start`` to a local optimum within the budgets; returns why it stopped.
 
-    ``phases`` limits the neighbourhoods tried after the greedy steps (a cheaper polish).
+    ``phases`` are the wider neighbourhoods tried after the steps (none: a cheaper polish).
     """
     current = np.asarray(start, dtype=np.int16)
     value = float(search.evaluate(current[None], {"phase": "start"})[0])
     rng = np.random.default_rng(search.spec.seed)
     while True:
         current, value = _steps(search, current, value, rng)
-        last: tuple[np.ndarray, np.ndarray] = (current[:0], np.zeros(0))
         for phase in phases:
-            reason = search.stop_reason()
-            if reason:
-                return reason
-            if phase == "single":
-                candidates = singles(current)
-            elif phase == "combined":
-                candidates = combined(current, *last)
-            else:
-                candidates = pairs(current) if phase == "pair" else grid(current)
+            if search.stop_reason():
+                break
+            candidates = _wider(phase, current, search)
             candidates = candidates[search.objective.feasible(candidates)]
             values = search.evaluate(candidates, {"phase": phase})
-            if phase == "single":
-                last = (candidates, values)
             best = int(np.argmin(values)) if len(values) else 0
             if len(values) and values[best] < value:
                 current, value = candidates[best], float(values[best])
                 break
-            reason = search.stop_reason()                   # a neighbourhood cut short proves nothing
-            if reason:
-                return reason
         else:
-            return "converged"
+            return search.stop_reason() or "converged"
+        reason = search.stop_reason()                # a neighbourhood cut short proves nothing
+        if reason:
+            return reason
 
 
 def run(search: Search) -> Outcome:

@@ -1,16 +1,36 @@
-"""Neighbourhoods of a plan in index space: single mutations, pairs, and a bounded grid."""
+"""Neighbourhoods of a plan in index space: single mutations, joint moves of coupled knobs,
+infeasible moves repaired, pairs, and a bounded grid."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import combinations, product
 
 import numpy as np
 
-from tuner.knobs import KNOBS
+from tuner.knobs import KNOBS, POSITION
 
 _SIZES = np.array([k.size for k in KNOBS])
 GRID_KNOBS = tuple(i for i, k in enumerate(KNOBS) if k.name in
                    ("block_m", "block_n", "block_k", "num_warps", "dma_stages", "prefetch_distance", "scratchpad_kb"))
+# Knobs that pay only together: split_pipeline splits the warps into a DMA and a math group (it
+# needs 8 warps); a DMA run is block_k or block_n elements wide, so a burst size pays only when
+# the runs it rounds up to change with it.
+COUPLED = (("schedule", "num_warps"), ("block_k", "dma_burst"), ("block_n", "dma_burst"))
+
+
+def coupled(center: np.ndarray, groups: tuple[tuple[str, ...], ...] = COUPLED) -> np.ndarray:
+    """Every plan that differs from ``center`` only within one of ``groups``, each knob over all its
+    values: the joint moves of knobs that pay only together."""
+    rows = []
+    for group in groups:
+        knobs = [POSITION[name] for name in group]
+        for values in product(*(range(_SIZES[j]) for j in knobs)):
+            row = center.copy()
+            row[knobs] = values
+            rows.append(row)
+    out = np.unique(np.array(rows, dtype=np.int16), axis=0)
+    return out[(out != center).sum(axis=1) > 1]
 
 
 def singles(center: np.ndarray, near: bool = False) -> np.ndarray:
@@ -68,3 +88,30 @@ def combined(center: np.ndarray, moves: np.ndarray, values: np.ndarray, keep: in
                 row[changed[b]] = moves[order[b]][changed[b]]
                 rows.append(row)
     return np.array(rows, dtype=np.int16).reshape(-1, len(center))
+
+
+def repairs(center: np.ndarray, moves: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+    """The ``moves`` from ``center`` that ``feasible`` rules out, each made feasible by the nearest
+    change to one knob it leaves alone (a smaller scratchpad with fewer DMA stages or a shorter
+    block_k, ...): the coupled steps a neighbourhood of feasible moves cannot take. At most the
+    nearest fix per knob."""
+    moves = moves[~feasible(moves)]
+    rows, keys, distances = [], [], []
+    for i, move in enumerate(moves):
+        for j, knob in enumerate(KNOBS):
+            if move[j] != center[j]:
+                continue
+            for v in range(knob.size):
+                if v != center[j]:
+                    row = move.copy()
+                    row[j] = v
+                    rows.append(row)
+                    keys.append(i * len(KNOBS) + j)
+                    distances.append(abs(v - int(center[j])) if knob.kind == "ordinal" else 1)
+    if not rows:
+        return np.empty((0, len(center)), dtype=np.int16)
+    out, key, distance = np.array(rows, dtype=np.int16), np.array(keys), np.array(distances)
+    ok = feasible(out)
+    nearest = np.full(key.max() + 1, np.iinfo(np.int64).max)
+    np.minimum.at(nearest, key[ok], distance[ok])
+    return out[ok & (distance == nearest[key])]

@@ -4,8 +4,9 @@ TPE explores (ordinal knobs as integer indices so it sees their order; nominal k
 categorical; infeasible or incorrect plans are told as pruned). Its first trials are stratified
 over the schedule x num_warps regimes, the pair of knobs that interact most (split_pipeline pays
 only with 8 warps), so no regime goes unseen. After each exploration share, the best plans of the
-best ``STARTS`` regimes are polished by :func:`tuner.strategies.checkpoint.climb`; everything the
-climbs score is told to TPE too, and exploration resumes until the budget is spent.
+best ``STARTS`` regimes are polished by the steps of :func:`tuner.strategies.checkpoint.climb`
+(first-improvement moves through singles, coupled and repaired moves, without its wider phases);
+everything the climbs score is told to TPE too, and exploration resumes until the budget is spent.
 """
 
 from __future__ import annotations
@@ -23,11 +24,10 @@ from tuner.search import Outcome, Search
 from tuner.space import DISTRIBUTIONS, from_params, to_params
 from tuner.strategies.checkpoint import climb
 
-FIRST_EXPLORATION = 0.3            # share of the budget TPE explores before the first polish
+FIRST_EXPLORATION = 0.25           # share of the budget TPE explores before the first polish
 LATER_EXPLORATION = 0.1            # share between later polishes
 STARTUP_TRIALS = 20
 EI_CANDIDATES = 8                  # fewer than Optuna's 24: cheaper asks, and no worse on this space (perf/tuner_speed.py)
-POLISH = ("single",)               # the climb's cheap neighbourhoods; pairs and grids are checkpoint's job
 REGIME = (POSITION["schedule"], POSITION["num_warps"])
 STARTS = 3                         # regimes polished after each exploration share
 
@@ -73,7 +73,7 @@ def run(search: Search) -> Outcome:
         if search.evaluations >= mark and search.best is not None:
             for start in _starts(search, polished):
                 polished.add(plan_hash(decode(start)))
-                climb(search, start, POLISH)
+                climb(search, start, phases=())
                 _tell_seen(study, search, told)
                 if search.stop_reason():
                     break

@@ -1,0 +1,85 @@
+"""Neighbourhoods and the climb's steps: coupled and repaired moves reach what singles cannot."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tuner.history import History
+from tuner.knobs import KNOBS, POSITION
+from tuner.objectives import BuiltinObjective
+from tuner.plan import encode
+from tuner.search import Search, Spec
+from tuner.strategies.checkpoint import climb
+from tuner.strategies.neighbourhood import COUPLED, coupled, repairs, singles
+
+OBJECTIVE = BuiltinObjective()
+
+# Two local optima of the single-mutation neighbourhood (found by quick runs that stalled there).
+# Scratchpad 96 KB would win, but only with fewer DMA stages or a shorter block_k (alone, both
+# moves are infeasible or no better):
+SCRATCHPAD_TRAP = {
+    "q_layout": "swizzled_mn", "k_layout": "swizzled_nk", "v_layout": "swizzled_kd", "o_layout": "streamed",
+    "block_m": 64, "block_n": 64, "block_k": 96, "num_warps": 8, "vector_width": 16, "accum": "sequential",
+    "softmax": "online", "schedule": "split_pipeline", "dma_stages": 4, "prefetch_distance": 2, "dma_burst": 128,
+    "split_k": 1, "swizzle": "tensorcore", "epilogue": "fused_scale", "scratchpad_kb": 128,
+}
+# The 4-warp persistent optimum: split_pipeline pays only together with 8 warps.
+REGIME_TRAP = SCRATCHPAD_TRAP | {"block_k": 64, "num_warps": 4, "schedule": "persistent", "dma_stages": 2,
+                                 "scratchpad_kb": 48}
+
+
+def _dev(rows: np.ndarray) -> np.ndarray:
+    values = OBJECTIVE.cycles(rows, "dev")
+    values[~OBJECTIVE.feasible(rows)] = np.inf
+    return values
+
+
+def _best_single(center: np.ndarray) -> float:
+    return float(_dev(singles(center)).min())
+
+
+def test_coupled_moves_stay_inside_one_group_and_change_two_knobs():
+    center = encode(SCRATCHPAD_TRAP)
+    moves = coupled(center)
+    changed = moves != center
+    assert (changed.sum(axis=1) >= 2).all()
+    groups = [{POSITION[name] for name in group} for group in COUPLED]
+    assert all(any(set(np.flatnonzero(row)) <= g for g in groups) for row in changed)
+    regime = [POSITION["schedule"], POSITION["num_warps"]]
+    joint = {tuple(row[regime]) for row in moves if set(np.flatnonzero(row != center)) == set(regime)}
+    assert len(joint) == (KNOBS[regime[0]].size - 1) * (KNOBS[regime[1]].size - 1)
+
+
+def test_repairs_make_infeasible_moves_feasible_with_one_more_change():
+    center = encode(SCRATCHPAD_TRAP)
+    moves = singles(center)
+    infeasible = moves[~OBJECTIVE.feasible(moves)]
+    assert len(infeasible)
+    fixed = repairs(center, moves, OBJECTIVE.feasible)
+    assert len(fixed) and OBJECTIVE.feasible(fixed).all()
+    for row in fixed:                                   # an infeasible single plus exactly one more knob
+        assert any((row != move).sum() == 1 and (move != center).sum() == 1 for move in infeasible)
+    smaller = center.copy()
+    smaller[POSITION["scratchpad_kb"]] = KNOBS[POSITION["scratchpad_kb"]].index(96)
+    smaller[POSITION["dma_stages"]] -= 1
+    assert any((row == smaller).all() for row in fixed)
+
+
+def _climbed(tmp_path, plan: dict) -> float:
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), OBJECTIVE, Spec(strategy="checkpoint", max_evals=400, seed=0))
+    assert climb(search, encode(plan), phases=()) == "converged"
+    return search.best.cycles
+
+
+def test_steps_escape_a_trap_that_needs_a_repaired_move(tmp_path):
+    center = encode(SCRATCHPAD_TRAP)
+    start = float(_dev(center[None])[0])
+    assert _best_single(center) >= start                # a local optimum of the feasible singles
+    assert _climbed(tmp_path, SCRATCHPAD_TRAP) < 0.96 * start
+
+
+def test_steps_escape_a_trap_that_needs_a_joint_move(tmp_path):
+    center = encode(REGIME_TRAP)
+    start = float(_dev(center[None])[0])
+    assert _best_single(center) >= start
+    assert _climbed(tmp_path, REGIME_TRAP) < 0.9 * start
