@@ -89,3 +89,20 @@ def test_exhaustive_budget_cuts_the_sweep_and_a_rerun_continues(ctx):
     assert first["evaluations"] == 300_000 and first["stopped"] == "evaluation budget"
     second = service.bounded_exhaustive_search(ctx, "iteration3_dev_core", max_evals=600_000, include_final=False)
     assert second["evaluations"] == 600_000 and second["new_evaluations"] == 300_000
+
+
+@pytest.mark.parametrize("strategy", ["quick", "checkpoint"])
+def test_a_seed_fixes_the_whole_search(tmp_path, strategy, attempt1):
+    start = tuple(int(v) for v in encode(attempt1))
+
+    def sequence(name: str, seed: int) -> list[tuple]:
+        spec = Spec(strategy=strategy, max_evals=150, seed=seed, start=start)
+        history = History(f"sqlite:///{tmp_path / name}.db")
+        outcome = STRATEGIES[strategy](Search(history, BuiltinObjective(), spec))
+        trials = history.trials(outcome.study_name)
+        return [(tuple(sorted(t.params.items())), t.value) for t in trials]
+
+    first = sequence("a", seed=3)
+    assert len(first) >= 150
+    assert sequence("b", seed=3) == first                     # same seed, fresh history: the same trials in order
+    assert sequence("c", seed=4) != first
