@@ -152,7 +152,7 @@ class Search:
         values = np.full(len(idx), np.inf)
         feasible = self.objective.feasible(idx)
         hashes = [plan_hash(decode(row)) if ok else "" for row, ok in zip(idx, feasible, strict=True)]
-        fresh: list[int] = []
+        fresh: dict[str, int] = {}                          # plan hash -> first position in this batch
         for i, (h, ok) in enumerate(zip(hashes, feasible, strict=True)):
             if not ok:
                 continue
@@ -161,16 +161,17 @@ class Search:
             elif h in self.cache:
                 row = self.cache[h]
                 values[i] = self._accept(idx[i], h, row.cycles, row.correct, row.max_abs, attrs, cached=True)
-            elif h not in (hashes[j] for j in fresh) and (not counted or len(fresh) < self.remaining):
-                fresh.append(i)
+            elif h not in fresh and (not counted or len(fresh) < self.remaining):
+                fresh[h] = i
         if fresh:
-            result = self.objective.evaluate(idx[fresh], self.spec.mode)
-            self.evaluations += len(fresh) * counted
-            for i, row in zip(fresh, rows_of(result, [hashes[i] for i in fresh], idx[fresh]), strict=True):
+            todo = list(fresh.values())
+            result = self.objective.evaluate(idx[todo], self.spec.mode)
+            self.evaluations += len(todo) * counted
+            for i, row in zip(todo, rows_of(result, list(fresh), idx[todo]), strict=True):
                 self.cache[row.plan_hash] = row
                 self._rows.append(row)
                 values[i] = self._accept(idx[i], row.plan_hash, row.cycles, row.correct, row.max_abs, attrs, cached=False)
-            self._bar.update(len(fresh) * counted)
+            self._bar.update(len(todo) * counted)
         for i, h in enumerate(hashes):                      # duplicates within this batch
             if h and np.isinf(values[i]) and h in self.seen:
                 values[i] = self.seen[h]
