@@ -11,22 +11,21 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import optuna
 from optuna.distributions import distribution_to_json
 from optuna.storages._rdb import models
 from optuna.trial import TrialState
-from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, Text, create_engine, event, insert, select
+from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, Text, create_engine, event, func, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
-from tuner.knobs import KNOBS
 from tuner.objectives.base import Evaluations, Objective
 from tuner.plan import decode, plan_hash
 from tuner.space import DISTRIBUTIONS, to_params
@@ -55,6 +54,10 @@ SWEEPS = Table(
     Column("progress", Text, nullable=False),           # strategy-specific JSON (resume point)
     Column("updated", String(32), nullable=False),
 )
+
+_DISTRIBUTION_JSON = {name: distribution_to_json(d) for name, d in DISTRIBUTIONS.items()}
+_IN_CHUNK = 500                                         # plan hashes per IN (...) query
+T = TypeVar("T")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -99,6 +102,16 @@ def resolve_url(target: str | Path | None) -> str:
     return f"sqlite:///{Path(text).resolve()}"
 
 
+def _retry(action: Callable[[], T], errors: tuple[type[Exception], ...], attempts: int, pause_s: float) -> T:
+    """``action()``, tried again after a growing pause while it raises ``errors`` (a busy database)."""
+    for attempt in range(attempts - 1):
+        try:
+            return action()
+        except errors:
+            time.sleep(pause_s * (attempt + 1))
+    return action()
+
+
 def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
@@ -138,28 +151,25 @@ class History:
 
     def _optuna_storage(self) -> optuna.storages.RDBStorage:
         kwargs = {"connect_args": {"timeout": 60}} if self.sqlite else {}
-        for attempt in range(20):                            # concurrent first use may race on schema creation
-            try:
-                return optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs)
-            except (SQLAlchemyError, optuna.exceptions.StorageInternalError, RuntimeError):
-                if attempt == 19:
-                    raise
-                time.sleep(0.1 * (attempt + 1))
-        raise AssertionError("unreachable")
+        return _retry(lambda: optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs),   # first use may race on the schema
+                      (SQLAlchemyError, optuna.exceptions.StorageInternalError, RuntimeError), attempts=20, pause_s=0.1)
 
     # --- evaluation cache -------------------------------------------------------------------
 
     def cached(self, objective: str, mode: str, hashes: Iterable[str] | None = None) -> dict[str, Row]:
         """Cached evaluations of ``objective`` in ``mode`` (all, or those of ``hashes``)."""
         query = select(EVALUATIONS).where(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode)
-        wanted = None if hashes is None else set(hashes)
+        if hashes is None:
+            queries = [query]
+        else:
+            wanted = sorted(set(hashes))
+            queries = [query.where(EVALUATIONS.c.plan_hash.in_(wanted[i:i + _IN_CHUNK])) for i in range(0, len(wanted), _IN_CHUNK)]
         rows: dict[str, Row] = {}
         with self.engine.connect() as connection:
-            for r in connection.execute(query):
-                if wanted is not None and r.plan_hash not in wanted:
-                    continue
-                rows[r.plan_hash] = Row(r.plan_hash, r.best_cycles, bool(r.correct), r.max_abs,
-                                        np.array(json.loads(r.plan), dtype=np.int16))
+            for q in queries:
+                for r in connection.execute(q):
+                    rows[r.plan_hash] = Row(r.plan_hash, r.best_cycles, bool(r.correct), r.max_abs,
+                                            np.array(json.loads(r.plan), dtype=np.int16))
         return rows
 
     def scored(self, objective: Objective, mode: str, idx: np.ndarray) -> dict[str, Row]:
@@ -177,14 +187,8 @@ class History:
 
     def study(self, name: str) -> optuna.Study:
         """The Optuna study ``name`` (created, minimizing, when new)."""
-        for attempt in range(20):
-            try:
-                return optuna.create_study(storage=self.storage, study_name=name, direction="minimize", load_if_exists=True)
-            except (SQLAlchemyError, optuna.exceptions.StorageInternalError):
-                if attempt == 19:
-                    raise
-                time.sleep(0.1 * (attempt + 1))
-        raise AssertionError("unreachable")
+        return _retry(lambda: optuna.create_study(storage=self.storage, study_name=name, direction="minimize", load_if_exists=True),
+                      (SQLAlchemyError, optuna.exceptions.StorageInternalError), attempts=20, pause_s=0.1)
 
     def study_names(self) -> list[str]:
         return [s.study_name for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)]
@@ -213,15 +217,11 @@ class History:
     def write(self, objective: str, mode: str, rows: list[Row], study_id: int | None = None,
               trials: list[TrialRecord] = (), sweep: dict[str, Any] | None = None) -> None:  # type: ignore[assignment]
         """Store evaluations, trials and a sweep record in one transaction."""
-        for attempt in range(10):
-            try:
-                with self.engine.begin() as connection:
-                    self._write(connection, objective, mode, rows, study_id, list(trials), sweep)
-                return
-            except OperationalError:
-                if attempt == 9:
-                    raise
-                time.sleep(0.05 * (attempt + 1))
+        def transaction() -> None:
+            with self.engine.begin() as connection:
+                self._write(connection, objective, mode, rows, study_id, list(trials), sweep)
+
+        _retry(transaction, (OperationalError,), attempts=10, pause_s=0.05)
 
     def _write(self, connection: Any, objective: str, mode: str, rows: list[Row], study_id: int | None,
                trials: list[TrialRecord], sweep: dict[str, Any] | None) -> None:
@@ -242,10 +242,10 @@ class History:
     def _insert_trials(connection: Any, study_id: int, trials: list[TrialRecord]) -> None:
         trials_t, values_t = models.TrialModel.__table__, models.TrialValueModel.__table__
         params_t, attrs_t = models.TrialParamModel.__table__, models.TrialUserAttributeModel.__table__
-        count = connection.execute(select(trials_t.c.trial_id).where(trials_t.c.study_id == study_id)).all()
+        count = connection.execute(select(func.count()).select_from(trials_t).where(trials_t.c.study_id == study_id)).scalar_one()
         now = _now()
         ids = []
-        for number, record in enumerate(trials, start=len(count)):
+        for number, record in enumerate(trials, start=count):
             state = TrialState.COMPLETE if record.value is not None else TrialState.PRUNED
             result = connection.execute(insert(trials_t).values(number=number, study_id=study_id, state=state,
                                                                 datetime_start=now, datetime_complete=now))
@@ -255,10 +255,9 @@ class History:
             if record.value is not None:
                 stored, kind = models.TrialValueModel.value_to_stored_repr(record.value)
                 values.append({"trial_id": trial_id, "objective": 0, "value": stored, "value_type": kind})
-            for knob, (name, value) in zip(KNOBS, to_params(record.idx).items(), strict=True):
-                dist = DISTRIBUTIONS[knob.name]
-                params.append({"trial_id": trial_id, "param_name": name, "param_value": dist.to_internal_repr(value),
-                               "distribution_json": distribution_to_json(dist)})
+            for name, value in to_params(record.idx).items():
+                params.append({"trial_id": trial_id, "param_name": name, "param_value": DISTRIBUTIONS[name].to_internal_repr(value),
+                               "distribution_json": _DISTRIBUTION_JSON[name]})
             plan = decode(record.idx)
             for key, value in {"plan_hash": plan_hash(plan), "plan": plan, **record.attrs}.items():
                 attrs.append({"trial_id": trial_id, "key": key, "value_json": json.dumps(value)})
