@@ -2,7 +2,7 @@
 
 Per case, Q, K and V come from a generator seeded by the case name and are rounded to bf16. A
 fixed subset of query rows is emulated against the full key length and head_dim. Only the
-numeric knobs matter (``SIGNATURE_KNOBS``), so results are cached by that signature.
+numeric knobs matter (:func:`signature`), so results are cached by that signature.
 """
 
 from __future__ import annotations
@@ -17,7 +17,6 @@ from tuner.task.suites import Case, suite, token_mask
 TOLERANCE = 2.5e-4
 ACCUMULATOR_BITS = 18          # significand bits of the QK^T accumulator (implicit bit included)
 ROWS = 64                      # emulated query rows per case
-SIGNATURE_KNOBS = ("accum", "softmax", "block_n", "block_k", "split_k", "epilogue")
 
 # exp2 on [0, 1) by a degree-3 minimax polynomial (highest power first), 7.5e-5 relative error.
 EXP2_POLY = np.array([0.07802444673804203, 0.22606799644079345, 0.6958328241565565, 0.9999253344154103])
@@ -177,12 +176,13 @@ def case_error(case: Case, signature: tuple[str, str, int, int, int, str]) -> fl
     return float(np.abs(out - reference(case)).max())
 
 
-def signature(plan: Plan) -> tuple[str, str, int, int, int, str]:
-    """The knobs the numerics depend on, in ``SIGNATURE_KNOBS`` order."""
-    return tuple(plan[k] for k in SIGNATURE_KNOBS)  # type: ignore[return-value]
+def signature(plan: Plan, case: Case) -> tuple[str, str, int, int, int, str]:
+    """The knobs the numerics of ``case`` depend on (accum, softmax, block_n, block_k, split_k, epilogue);
+    block_k only as the chunk of tree accumulation, so plans that differ in nothing else share a cache entry."""
+    chunk = min(plan["block_k"], case.d) if plan["accum"] == "tree" else case.d
+    return (plan["accum"], plan["softmax"], plan["block_n"], chunk, plan["split_k"], plan["epilogue"])
 
 
 def verify(plan: Plan, mode: str) -> list[float]:
     """``max_abs`` per case of ``mode``'s suite (same order as the suite)."""
-    sig = signature(plan)
-    return [case_error(case, sig) for case in suite(mode)]
+    return [case_error(case, signature(plan, case)) for case in suite(mode)]
