@@ -45,10 +45,13 @@ def verdict(candidate: dict[str, dict[str, Any]], current: dict[str, dict[str, A
     return not reasons, reasons
 
 
-def gate(objective: Objective, workspace: Workspace, candidate: Plan) -> dict[str, Any]:
-    """The gate's report for ``candidate`` against the workspace's current plan."""
+def gate(objective: Objective, workspace: Workspace, candidate: Plan,
+         current_metrics: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The gate's report for ``candidate`` against the workspace's current plan (``current_metrics``:
+    its :func:`measure`, when the caller has it already)."""
     current = workspace.current_plan()
-    cand_metrics, current_metrics = measure(objective, candidate), measure(objective, current)
+    cand_metrics = measure(objective, candidate)
+    current_metrics = current_metrics or measure(objective, current)
     passed, reasons = verdict(cand_metrics, current_metrics)
     return {"passed": passed, "reasons": reasons, "candidate_hash": plan_hash(candidate), "current_hash": plan_hash(current),
             "candidate": cand_metrics, "current": current_metrics, "diff": diff(current, candidate)}
@@ -58,9 +61,10 @@ def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
 
 
-def apply(objective: Objective, workspace: Workspace, candidate: Plan, dry_run: bool = True) -> dict[str, Any]:
+def apply(objective: Objective, workspace: Workspace, candidate: Plan, dry_run: bool = True,
+          current_metrics: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Gate ``candidate`` and, unless ``dry_run``, write it as ``kernel_plan.json`` (backup kept)."""
-    report = gate(objective, workspace, candidate)
+    report = gate(objective, workspace, candidate, current_metrics)
     report |= {"dry_run": dry_run, "applied": False, "backup": None}
     if report["passed"] and not dry_run:
         backup = workspace.path(f"{BACKUP_DIR}/kernel_plan.{_stamp()}.json")

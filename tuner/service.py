@@ -175,8 +175,8 @@ def _outcome(outcome: Outcome, spec: Spec) -> dict[str, Any]:
 def local_neighborhood_search(ctx: Context, fixture: str | None = None, plan: str | dict[str, Any] | None = None,
                               strategy: str = "checkpoint", include_final: bool = True, max_evals: int = 2000,
                               time_s: float | None = None, seed: int = 0) -> dict[str, Any]:
-    """Local search (single, pair and bounded-grid mutations, repeated until none improves) around a
-    fixture or plan (default: the current plan)."""
+    """Local search (``checkpoint``: steps through single, coupled and repaired moves, then pairs and a
+    bounded grid, until none improves; or ``focused``) around a fixture or plan (default: the current plan)."""
     if strategy not in ("checkpoint", "focused"):
         raise ServiceError(f"strategy {strategy!r} is not allowed here (allowed: checkpoint, focused)")
     if fixture is not None and plan is not None:
@@ -220,6 +220,11 @@ def search_plans(ctx: Context, strategy: str = "quick", max_evals: int = 500, ti
 
 # --- history ----------------------------------------------------------------------------------
 
+def _plan_row(source: str, plan: Plan, metrics: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    return {"source": source, "plan_hash": plan_hash(plan), "plan": plan, "dev": metrics["dev"]["best_cycles"],
+            "final": metrics["final"]["best_cycles"], "correct": metrics["dev"]["correct"] and metrics["final"]["correct"]}
+
+
 def _fixture_rows(ctx: Context) -> list[dict[str, Any]]:
     rows = []
     for name in ctx.workspace.fixture_names():
@@ -227,10 +232,7 @@ def _fixture_rows(ctx: Context) -> list[dict[str, Any]]:
             plan = ctx.workspace.resolve_plan(name)[0]
         except (WorkspaceError, PlanError):
             continue
-        metrics = _measure(ctx, plan)
-        rows.append({"source": f"fixture:{name}", "plan_hash": plan_hash(plan), "plan": plan,
-                     "dev": metrics["dev"]["best_cycles"], "final": metrics["final"]["best_cycles"],
-                     "correct": metrics["dev"]["correct"] and metrics["final"]["correct"]})
+        rows.append(_plan_row(f"fixture:{name}", plan, _measure(ctx, plan)))
     return rows
 
 
@@ -281,9 +283,14 @@ def _study_best(ctx: Context, study: str) -> dict[str, Any] | None:
     return best
 
 
+def _study_bests(ctx: Context) -> list[dict[str, Any]]:
+    """The best verified plan of every study of this objective that has one."""
+    return [b for s in ctx.history.study_names() if s.endswith(ctx.objective.name) and (b := _study_best(ctx, s))]
+
+
 def rank_experiments(ctx: Context) -> dict[str, Any]:
     """Studies ranked by their best verified final cycles (among each study's five best dev trials)."""
-    rows = [b for s in ctx.history.study_names() if s.endswith(ctx.objective.name) and (b := _study_best(ctx, s))]
+    rows = _study_bests(ctx)
     rows.sort(key=lambda r: (r["final"], r["dev"]))
     return {"ranking": [{"rank": i + 1, **{k: v for k, v in r.items() if k != "plan"}} for i, r in enumerate(rows)]}
 
@@ -294,11 +301,9 @@ def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
     _positive("limit", limit, allow_none=False)
     current = ctx.workspace.current_plan()
     cm = _measure(ctx, current)
-    rows = [{"source": "current", "plan_hash": plan_hash(current), "plan": current, "dev": cm["dev"]["best_cycles"],
-             "final": cm["final"]["best_cycles"], "correct": cm["dev"]["correct"] and cm["final"]["correct"]}]
-    rows += _fixture_rows(ctx)
+    rows = [_plan_row("current", current, cm), *_fixture_rows(ctx)]
     rows += [{"source": f"study:{b['study']}", "plan_hash": b["plan_hash"], "plan": b["plan"], "dev": b["dev"], "final": b["final"],
-              "correct": True} for s in ctx.history.study_names() if s.endswith(ctx.objective.name) and (b := _study_best(ctx, s))]
+              "correct": True} for b in _study_bests(ctx)]
     rows.sort(key=lambda r: (not r["correct"], r["dev"] if r["dev"] is not None else float("inf")))
     verified = [r for r in rows if r["correct"] and r["dev"] is not None and r["final"] is not None
                 and (cm["final"]["best_cycles"] is None or r["final"] <= cm["final"]["best_cycles"])]
@@ -325,10 +330,11 @@ def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20) -> 
     """Apply the best plan from fixtures and history that passes the gate (dry run unless told otherwise)."""
     dry = _dry_run(dry_run)
     current = ctx.workspace.current_plan()
+    current_metrics = _measure(ctx, current)                # measured once, not once per seed
     for seed in _seeds(ctx, limit):
         if seed["plan_hash"] == plan_hash(current):
             continue
-        report = gate.apply(ctx.objective, ctx.workspace, seed["plan"], dry)
+        report = gate.apply(ctx.objective, ctx.workspace, seed["plan"], dry, current_metrics)
         if report["passed"]:
             return {"candidate_source": seed["source"], **report}
     return {"passed": False, "applied": False, "dry_run": dry, "reasons": ["no fixture or history plan passes the gate"]}
@@ -441,7 +447,7 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
         outcome["best"] = {"plan_hash": candidate_hash, **{m: cand[m]["best_cycles"] for m in MODES},
                            "correct": cand["dev"]["correct"] and cand["final"]["correct"]}
         outcome["speedup"] = {m: round(base[m]["best_cycles"] / cand[m]["best_cycles"], 3) for m in MODES}
-        best_plan = next(s["plan"] for s in _seeds(ctx, 50) if s["plan_hash"] == candidate_hash)
+        best_plan = baseline | {knob: change["to"] for knob, change in verified["diff"].items()}    # gated against the baseline
         outcome["winner_trace"] = {k: v for k, v in trace_summary(ctx, best_plan, "final").items()
                                    if k in ("components", "hotspot", "findings")}
         outcome["would_apply" if not apply else "applied"] = verified["diff"]
