@@ -150,8 +150,6 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     function, _, _ = COMMANDS[args.command]
     kwargs = {k: v for k, v in vars(args).items() if k not in ("workspace", "history", "objective", "json", "command")}
-    if args.command == "run":
-        kwargs["apply"] = kwargs.pop("apply")
     try:
         ctx = service.Context.create(args.workspace, args.history, args.objective)
         result = function(ctx, **kwargs)
@@ -161,10 +159,5 @@ def main(argv: list[str] | None = None) -> int:
     except (ObjectiveError, HistoryError) as exc:
         print(f"tuner {args.command}: failed: {exc}", file=sys.stderr)
         return 1
-    if args.json:
-        print(json.dumps(result, indent=2))
-    elif args.command == "run":
-        print(_render_run(result))
-    else:
-        print(json.dumps(result, indent=2))
+    print(_render_run(result) if args.command == "run" and not args.json else json.dumps(result, indent=2))
     return 0
