@@ -6,7 +6,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import sys
@@ -16,11 +15,13 @@ from pathlib import Path
 import anyio
 from mcp import Client, StdioServerParameters
 
+from tuner.mcp_client import find_server
+
 ROOT = Path(__file__).resolve().parents[1]
 
 
 async def once() -> tuple[float, float]:
-    entry = json.loads((ROOT / ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json").read_text())["mcpServers"]["tensor-plan-server"]
+    entry = find_server(ROOT, "tensor-plan-server")
     env = dict(os.environ, PATH=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
     start = time.perf_counter()
     async with Client(StdioServerParameters(command=entry["command"], args=entry["args"], env=env, cwd=str(ROOT))) as client:

@@ -17,7 +17,7 @@ from tuner.history import HistoryError
 from tuner.objectives import ObjectiveError
 from tuner.plan import PlanError
 from tuner.space import ProfileError
-from tuner.workspace import WorkspaceError
+from tuner.workspace import RESULT_PATH, WorkspaceError
 
 INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError)
 
@@ -99,7 +99,7 @@ COMMANDS: dict[str, Command] = {
     "compare_history": (service.compare_history, lambda p: p.add_argument("--limit", type=_positive_int, default=10),
                         "current plan vs fixtures and studies"),
     "rank_experiments": (service.rank_experiments, lambda p: None, "studies ranked by best verified final"),
-    "record_result": (service.record_result, lambda p: (p.add_argument("--path", default=service.RESULT_PATH),
+    "record_result": (service.record_result, lambda p: (p.add_argument("--path", default=RESULT_PATH),
                                                         p.add_argument("--tools", nargs="*", default=None)),
                       "write the iteration result JSON"),
 }

@@ -13,8 +13,9 @@ from typing import Any
 
 import anyio
 
+from tuner.workspace import TELEMETRY
+
 MANIFESTS = ".harnessgym/mcp"
-TELEMETRY = ".harnessgym/mcp_calls.jsonl"
 PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "TENSOR_PLAN_WORKSPACE")
 
 

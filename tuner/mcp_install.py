@@ -14,9 +14,8 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from tuner.workspace import Workspace, atomic_write
+from tuner.workspace import MANIFEST, Workspace, atomic_write
 
-MANIFEST = ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json"
 CLIENT_FILES = {"claude": ".mcp.json", "vscode": ".vscode/mcp.json", "codex": ".codex/config.toml"}
 
 

@@ -27,6 +27,8 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.types import ToolAnnotations
 from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
 
+from tuner.workspace import RESULT_PATH
+
 NAME = "tensor-plan-server"
 DEFAULT_SEARCH_SECONDS = 50.0
 
@@ -217,7 +219,7 @@ def build(workspace: Path, history: str | None = None) -> MCPServer:
     @tool(CREATE)
     async def record_result(
         ctx: Context,
-        path: Annotated[str, Field(description="result JSON inside the workspace")] = ".harnessgym/iteration_result.json",
+        path: Annotated[str, Field(description="result JSON inside the workspace")] = RESULT_PATH,
         used: Annotated[list[str] | None, Field(description="extra tool names to record as used")] = None,
     ) -> ToolResult:
         """Run the final benchmark and write the iteration result (metrics.best_cycles = metrics.score) with the tools used."""

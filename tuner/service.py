@@ -27,11 +27,7 @@ from tuner.strategies import STRATEGIES
 from tuner.task.benchmark import case_indicators, infeasibility
 from tuner.task.suites import MODES
 from tuner.task.trace import COMPONENTS
-from tuner.workspace import Workspace, WorkspaceError, atomic_write, check_name
-
-TELEMETRY = ".harnessgym/mcp_calls.jsonl"
-RESULT_PATH = ".harnessgym/iteration_result.json"
-SERVER_DIR = ".harnessgym/mcp/tensor-plan-server"
+from tuner.workspace import MANIFEST, RESULT_PATH, SERVER_DIR, TELEMETRY, Workspace, WorkspaceError, atomic_write, check_name
 
 
 class ServiceError(ValueError):
@@ -385,7 +381,7 @@ def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None
     dev = ctx.objective.report(plan, "dev")
     used = _telemetry_tools(ctx)
     used += [t for t in tools or [] if t not in used]
-    artifacts = [p for p in (f"{SERVER_DIR}/harnessgym-mcp.json", f"{SERVER_DIR}/tensor_plan_server.py")
+    artifacts = [p for p in (MANIFEST, f"{SERVER_DIR}/tensor_plan_server.py")
                  if (ctx.workspace.root / p).is_file()]
     result = {"metrics": {"best_cycles": final["best_cycles"], "score": final["best_cycles"],
                           "correct": bool(final["correct"] and dev["correct"]), "max_abs": final["max_abs"],

@@ -19,6 +19,10 @@ from tuner.plan import Plan, PlanError, load_plan, validate_plan
 
 PLAN_FILE = "kernel_plan.json"
 FIXTURE_DIRS = ("fixtures", ".harnessgym/fixtures")
+SERVER_DIR = ".harnessgym/mcp/tensor-plan-server"           # the MCP server's manifest and launcher
+MANIFEST = f"{SERVER_DIR}/harnessgym-mcp.json"
+TELEMETRY = ".harnessgym/mcp_calls.jsonl"                   # one line per call of .harnessgym/runtime/mcp_call.py
+RESULT_PATH = ".harnessgym/iteration_result.json"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")   # a plain file name stem: fixtures, profiles
 
 
@@ -126,4 +130,5 @@ def atomic_write(path: Path, text: str) -> None:
         os.close(directory)
 
 
-__all__ = ["PLAN_FILE", "PlanError", "Workspace", "WorkspaceError", "atomic_write", "check_name"]
+__all__ = ["MANIFEST", "PLAN_FILE", "RESULT_PATH", "SERVER_DIR", "TELEMETRY", "PlanError", "Workspace", "WorkspaceError",
+           "atomic_write", "check_name"]
