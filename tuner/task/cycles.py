@@ -238,8 +238,7 @@ def case_cycles(plans: np.ndarray | Columns, case: Case, removed: Collection[str
     bk = np.minimum(c.block_k, d)
     chunks = np.ceil(d / bk)
     gi = c.flat(GEOMETRY_KNOBS)
-    kv_blocks = g.kv_blocks.take(gi)
-    feasible = (footprint_kb(c, case) <= c.scratchpad_kb) & (c.split_k <= kv_blocks)
+    feasible = fits(c, case)
 
     # Registers, spills and occupancy (4.2).
     need, limit, math_warps, col_split = registers(c, case)
@@ -345,13 +344,17 @@ def case_cycles(plans: np.ndarray | Columns, case: Case, removed: Collection[str
     return np.where(feasible, total, np.inf), feasible
 
 
+def fits(c: Columns, case: Case) -> np.ndarray:
+    """Whether each plan can run on ``case``: its footprint fits the scratchpad, split_k is within the KV blocks."""
+    return (footprint_kb(c, case) <= c.scratchpad_kb) & (c.split_k <= geometry(case).kv_blocks.take(c.flat(GEOMETRY_KNOBS)))
+
+
 def feasible(plans: np.ndarray | Columns, cases: tuple[Case, ...]) -> np.ndarray:
-    """Whether each plan can run on every case (footprint fits, split_k within the KV blocks)."""
+    """Whether each plan can run on every case of ``cases``."""
     c = plans if isinstance(plans, Columns) else Columns(np.asarray(plans))
     ok = np.ones(len(c.idx), dtype=bool)
     for case in cases:
-        ok &= footprint_kb(c, case) <= c.scratchpad_kb
-        ok &= c.split_k <= geometry(case).kv_blocks.take(c.flat(GEOMETRY_KNOBS))
+        ok &= fits(c, case)
     return ok
 
 
