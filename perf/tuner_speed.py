@@ -14,7 +14,6 @@
 from __future__ import annotations
 
 import argparse
-import json
 import tempfile
 import time
 from pathlib import Path
@@ -25,10 +24,11 @@ import optuna
 from tuner.history import History
 from tuner.knobs import KNOBS
 from tuner.objectives import BuiltinObjective
-from tuner.plan import encode, validate_plan
+from tuner.plan import encode
 from tuner.search import Search, Spec
 from tuner.space import load_profile
 from tuner.strategies import STRATEGIES
+from tuner.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINTS = (50, 100, 200, 300, 400, 500)
@@ -40,7 +40,7 @@ def _history() -> History:
 
 
 def _fixture(name: str) -> np.ndarray:
-    return encode(validate_plan(json.loads((ROOT / "fixtures" / f"{name}.json").read_text())["plan"]))
+    return encode(Workspace.at(ROOT).resolve_plan(name)[0])
 
 
 def exhaustive() -> float:

@@ -16,7 +16,7 @@ import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from tuner.knobs import BY_NAME, KNOB_NAMES, KNOBS, Knob
-from tuner.workspace import NAME_PATTERN
+from tuner.workspace import WorkspaceError, check_name
 
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "studies"
 
@@ -80,8 +80,10 @@ def profile_names(extra: Path | None = None) -> list[str]:
 def load_profile(name: str, extra: Path | None = None) -> Profile:
     """The profile ``NAME.json`` from ``extra`` or the built-in ``studies/``; :class:`ProfileError` otherwise."""
     known = ", ".join(profile_names(extra))
-    if not isinstance(name, str) or not NAME_PATTERN.match(name) or name in (".", ".."):
-        raise ProfileError(f"profile name {name!r} is not allowed (letters, digits, '_', '-', '.'); known profiles: {known}")
+    try:
+        check_name(name, "profile")
+    except WorkspaceError as exc:
+        raise ProfileError(f"{exc}; known profiles: {known}") from None
     path = next((folder / f"{name}.json" for folder in _folders(extra) if (folder / f"{name}.json").is_file()), None)
     if path is None or not path.resolve().is_relative_to(path.parent.resolve()):
         raise ProfileError(f"unknown profile {name!r}; known profiles: {known}")
@@ -92,8 +94,8 @@ def load_profile(name: str, extra: Path | None = None) -> Profile:
     knobs = data.get("knobs") if isinstance(data, dict) else None
     if not isinstance(knobs, dict) or set(knobs) != set(KNOB_NAMES):
         missing = sorted(set(KNOB_NAMES) - set(knobs or {}))
-        extra = sorted(set(knobs or {}) - set(KNOB_NAMES))
-        raise ProfileError(f"profile {name!r} must list every knob (missing: {missing}, unknown: {extra})")
+        unknown = sorted(set(knobs or {}) - set(KNOB_NAMES))
+        raise ProfileError(f"profile {name!r} must list every knob (missing: {missing}, unknown: {unknown})")
     choices = []
     for knob_name in KNOB_NAMES:
         values = knobs[knob_name]
