@@ -11,6 +11,7 @@ import numpy as np
 from tuner.knobs import KNOBS, POSITION
 
 _SIZES = np.array([k.size for k in KNOBS])
+_ORDINAL = np.array([k.kind == "ordinal" for k in KNOBS])
 GRID_KNOBS = tuple(i for i, k in enumerate(KNOBS) if k.name in
                    ("block_m", "block_n", "block_k", "num_warps", "dma_stages", "prefetch_distance", "scratchpad_kb"))
 # Knobs that pay only together: split_pipeline splits the warps into a DMA and a math group (it
@@ -96,22 +97,16 @@ def repairs(center: np.ndarray, moves: np.ndarray, feasible: Callable[[np.ndarra
     block_k, ...): the coupled steps a neighbourhood of feasible moves cannot take. At most the
     nearest fix per knob."""
     moves = moves[~feasible(moves)]
-    rows, keys, distances = [], [], []
-    for i, move in enumerate(moves):
-        for j, knob in enumerate(KNOBS):
-            if move[j] != center[j]:
-                continue
-            for v in range(knob.size):
-                if v != center[j]:
-                    row = move.copy()
-                    row[j] = v
-                    rows.append(row)
-                    keys.append(i * len(KNOBS) + j)
-                    distances.append(abs(v - int(center[j])) if knob.kind == "ordinal" else 1)
-    if not rows:
+    if not len(moves):
         return np.empty((0, len(center)), dtype=np.int16)
-    out, key, distance = np.array(rows, dtype=np.int16), np.array(keys), np.array(distances)
-    ok = feasible(out)
-    nearest = np.full(key.max() + 1, np.iinfo(np.int64).max)
+    fixes = [singles(move) for move in moves]
+    out = np.concatenate(fixes)
+    owner = np.repeat(np.arange(len(moves)), [len(f) for f in fixes])
+    knob = np.argmax(out != moves[owner], axis=1)                   # the one knob each fix changes
+    untouched = moves[owner, knob] == center[knob]
+    distance = np.where(_ORDINAL[knob], np.abs(out[np.arange(len(out)), knob].astype(np.int64) - center[knob]), 1)
+    ok = untouched & feasible(out)
+    key = owner * len(KNOBS) + knob
+    nearest = np.full(len(moves) * len(KNOBS), np.iinfo(np.int64).max)
     np.minimum.at(nearest, key[ok], distance[ok])
     return out[ok & (distance == nearest[key])]
