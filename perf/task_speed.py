@@ -16,8 +16,7 @@ os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
 
-from tuner.knobs import KNOBS
-from tuner.plan import decode
+from tuner.plan import KNOBS, decode
 from tuner.task import verifier
 from tuner.task.benchmark import benchmark_report, score_batch
 

@@ -9,6 +9,7 @@
 3. search quality: best-so-far of ``quick`` over seeds beside Optuna's default TPE (every knob
    categorical) and RandomSampler at the same budget; the target is the best plan of both profiles.
 4. evaluations ``checkpoint`` needs from attempt-1 to match iteration-2 on dev.
+5. growth of quick's cost: ms/trial at 500 and at 5,000 evaluations (durable history), and the ratio.
 """
 
 from __future__ import annotations
@@ -22,9 +23,8 @@ import numpy as np
 import optuna
 
 from tuner.history import History
-from tuner.knobs import KNOBS
-from tuner.objectives import BuiltinObjective
-from tuner.plan import encode
+from tuner.objectives.builtin import BuiltinObjective
+from tuner.plan import KNOBS, PROFILE_DIR, SPACE, encode
 from tuner.search import Search, Spec
 from tuner.space import load_profile
 from tuner.strategies import STRATEGIES
@@ -45,8 +45,8 @@ def _fixture(name: str) -> np.ndarray:
 
 def exhaustive() -> float:
     objective = BuiltinObjective()
-    spec = Spec(strategy="exhaustive", max_evals=1_814_400, target="profile:iteration3_dev_core",
-                profile=load_profile("iteration3_dev_core"), include_final=True)
+    spec = Spec(strategy="exhaustive", mode="dev", max_evals=1_814_400, target="profile:iteration3_dev_core",
+                profile=load_profile("iteration3_dev_core", SPACE, PROFILE_DIR), include_final=True)
     start = time.perf_counter()
     outcome = STRATEGIES["exhaustive"](Search(_history(), objective, spec))
     ours = time.perf_counter() - start
@@ -63,10 +63,10 @@ def exhaustive() -> float:
     per_trial = (time.perf_counter() - start) / 3
     best = outcome.best
     print(f"1. exhaustive iteration3_dev_core + include_final, cold history: {ours:.2f} s "
-          f"({1_814_400 / ours:,.0f} plans/s); optimum dev {int(best.cycles)} final {int(best.final_cycles)}")
+          f"({1_814_400 / ours:,.0f} plans/s); optimum dev {int(best.value)} final {int(best.held_out)}")
     days = per_trial * 1_814_400 / 86400
     print(f"   GridSampler: {per_trial:.2f} s/trial -> {days:.1f} days for the grid; ratio {per_trial * 1_814_400 / ours:,.0f}x")
-    return best.cycles
+    return best.value
 
 
 def optuna_rdb_cost() -> float:
@@ -109,7 +109,7 @@ def quality(seeds: int, budget: int, target: float) -> None:
     rows: dict[str, list[list[float]]] = {"quick": [], "default TPE (categorical)": [], "RandomSampler": []}
     seconds, trials = 0.0, 0
     for seed in range(seeds):
-        search = Search(_history(), BuiltinObjective(), Spec(strategy="quick", max_evals=budget, seed=seed))
+        search = Search(_history(), BuiltinObjective(), Spec(strategy="quick", mode="dev", max_evals=budget, seed=seed))
         start = time.perf_counter()
         trials += STRATEGIES["quick"](search).trials
         seconds += time.perf_counter() - start
@@ -132,7 +132,7 @@ def quality(seeds: int, budget: int, target: float) -> None:
 def checkpoint_reach() -> None:
     objective = BuiltinObjective()
     reference = objective.cycles(_fixture("tensor_plan_iteration2_neighborhood_best")[None], "dev")[0]
-    search = Search(_history(), objective, Spec(strategy="checkpoint", max_evals=300,
+    search = Search(_history(), objective, Spec(strategy="checkpoint", mode="dev", max_evals=300,
                                                 start=tuple(int(v) for v in _fixture("tensor_plan_attempt1_best"))))
     STRATEGIES["checkpoint"](search)
     values = [t.value if t.value is not None else np.inf for t in search.history.trials(search.name)]
@@ -141,17 +141,37 @@ def checkpoint_reach() -> None:
           f"best after 300: {int(min(values))}")
 
 
+def growth(seeds: int = 2) -> None:
+    """ms/trial of quick at 500 and at 5,000 evaluations, each with a durable SQLite history."""
+    figures = {}
+    for budget in (500, 5000):
+        seconds, trials = 0.0, 0
+        for seed in range(seeds):
+            search = Search(_history(), BuiltinObjective(), Spec(strategy="quick", mode="dev", max_evals=budget, seed=100 + seed))
+            start = time.perf_counter()
+            trials += STRATEGIES["quick"](search).trials
+            seconds += time.perf_counter() - start
+        figures[budget] = seconds / trials * 1e3
+    print(f"5. quick ms/trial over {seeds} seeds: {figures[500]:.1f} at 500 evaluations, {figures[5000]:.1f} at 5,000 "
+          f"(ratio {figures[5000] / figures[500]:.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--budget", type=int, default=500)
+    parser.add_argument("--only-growth", action="store_true", help="measure only figure 5")
     args = parser.parse_args()
+    if args.only_growth:
+        growth()
+        return
     core = exhaustive()
     relaxed = STRATEGIES["exhaustive"](Search(_history(), BuiltinObjective(), Spec(
-        strategy="exhaustive", max_evals=1_990_656, target="profile:iteration3_layout_relaxed",
-        profile=load_profile("iteration3_layout_relaxed")))).best.cycles
+        strategy="exhaustive", mode="dev", max_evals=1_990_656, target="profile:iteration3_layout_relaxed",
+        profile=load_profile("iteration3_layout_relaxed", SPACE, PROFILE_DIR)))).best.value
     checkpoint_reach()
     quality(args.seeds, args.budget, min(core, relaxed))
+    growth()
 
 
 if __name__ == "__main__":

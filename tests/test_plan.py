@@ -5,13 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tuner.knobs import KNOB_NAMES, KNOBS, SPACE_SIZE
-from tuner.plan import PlanError, decode, diff, encode, parse_plan_text, plan_hash, plan_json, validate_plan
+from tuner.plan import KNOB_NAMES, KNOBS, SPACE, PlanError, decode, diff, encode, parse_plan_text, plan_hash, plan_json, validate_plan
 
 
 def test_catalogue_matches_the_design():
     assert len(KNOBS) == 19
-    assert int(np.prod([k.size for k in KNOBS])) == SPACE_SIZE
+    assert int(np.prod([k.size for k in KNOBS])) == SPACE.size
     assert {k.name for k in KNOBS if k.kind == "ordinal"} == {
         "block_m", "block_n", "block_k", "num_warps", "vector_width", "dma_stages", "prefetch_distance", "dma_burst",
         "split_k", "scratchpad_kb"}

@@ -16,10 +16,10 @@ from tuner import service
 from tuner.history import HistoryError
 from tuner.objectives import ObjectiveError
 from tuner.plan import PlanError
-from tuner.space import ProfileError
+from tuner.space import ProfileError, SpaceError
 from tuner.workspace import RESULT_PATH, WorkspaceError
 
-INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError)
+INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, SpaceError)
 
 
 def _bool(text: str) -> bool:
@@ -67,7 +67,7 @@ COMMANDS: dict[str, Command] = {
         p.add_argument("--time-s", type=_positive_float, default=120.0, help="time budget in seconds (default 120)"),
         p.add_argument("--apply", action="store_true", help="write the verified winner to kernel_plan.json"),
         p.add_argument("--seed", type=int, default=0)), "run the seed's workflow end to end"),
-    "run_objective": (service.run_objective, lambda p: (p.add_argument("--mode", default="dev"), _plan_arg(p)),
+    "run_objective": (service.run_objective, lambda p: (p.add_argument("--mode", default=None), _plan_arg(p)),
                       "benchmark report of the current plan"),
     "trace_summary": (service.trace_summary, lambda p: (_plan_arg(p), p.add_argument("--mode", default="dev")),
                       "where the cycles go, with indicators"),
@@ -109,8 +109,11 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="tuner", description="Tune kernel_plan.json against benchmark.py (best_cycles: lower is better).")
     top.add_argument("--workspace", default=".", help="folder holding kernel_plan.json (default: .)")
     top.add_argument("--history", default=None, help="history file or SQLAlchemy URL (default: WORKSPACE/studies/history.db)")
-    top.add_argument("--objective", default="builtin", choices=["builtin", "command"],
-                     help="builtin task (fast) or the workspace's own benchmark.py")
+    top.add_argument("--objective", default="builtin", metavar="builtin|command|cache:PATH",
+                     help="builtin: the tensor-plan task (fast); command: the workspace's own benchmark.py; "
+                          "cache:PATH: replay measured results (a Kernel Tuner cache .json/.json.gz or a T4 results file)")
+    top.add_argument("--space", default=None, metavar="T1.json",
+                     help="with a cache objective: a T1 tuning-problem file naming the same knobs (adds restrictions and defaults)")
     top.add_argument("--json", action="store_true", help="print the result as JSON")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, add, help_) in COMMANDS.items():
@@ -149,9 +152,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "mcp":
         return args.handler(args)
     function, _, _ = COMMANDS[args.command]
-    kwargs = {k: v for k, v in vars(args).items() if k not in ("workspace", "history", "objective", "json", "command")}
+    kwargs = {k: v for k, v in vars(args).items() if k not in ("workspace", "history", "objective", "space", "json", "command")}
     try:
-        ctx = service.Context.create(args.workspace, args.history, args.objective)
+        ctx = service.Context.create(args.workspace, args.history, args.objective, args.space)
         result = function(ctx, **kwargs)
     except INPUT_ERRORS as exc:
         print(f"tuner {args.command}: error: {exc}", file=sys.stderr)

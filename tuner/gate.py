@@ -1,8 +1,9 @@
-"""The verification gate and the only writer of ``kernel_plan.json``.
+"""The verification gate and the only writer of the workspace's plan file (``kernel_plan.json``).
 
-A candidate passes when it is correct in both modes, improves dev and does not regress final
+A candidate passes when it is correct in every mode of the objective, improves the first (the
+search objective, e.g. dev) and does not regress the others (the held-out authority, e.g. final)
 against the current plan. Applying is a dry run unless asked; the real write keeps a timestamped
-backup and is atomic; :func:`rollback` restores the latest backup.
+backup and is atomic; :func:`rollback` restores the latest backup. Nothing here knows a knob.
 """
 
 from __future__ import annotations
@@ -14,54 +15,59 @@ from typing import Any
 import numpy as np
 
 from tuner.objectives import Objective
-from tuner.plan import Plan, diff, encode, plan_hash, plan_json
+from tuner.search import number
+from tuner.space import Config
 from tuner.workspace import Workspace, WorkspaceError, atomic_write
 
 BACKUP_DIR = ".harnessgym/backups"
 
 
-def measure(objective: Objective, plan: Plan) -> dict[str, dict[str, Any]]:
-    """``best_cycles``, ``correct`` and ``max_abs`` of a plan in both modes."""
+def measure(objective: Objective, plan: Config) -> dict[str, dict[str, Any]]:
+    """Per mode of ``objective``: ``best_cycles`` (the value, lower is better), ``correct`` and ``max_abs``."""
     out = {}
-    for mode in ("dev", "final"):
-        result = objective.evaluate(encode(plan)[None], mode)
-        cycles = float(result.cycles[0])
-        out[mode] = {"best_cycles": int(cycles) if np.isfinite(cycles) else None, "correct": bool(result.correct[0]),
+    for mode in objective.modes:
+        result = objective.evaluate(objective.space.encode(plan)[None], mode)
+        value = float(result.cycles[0])
+        out[mode] = {"best_cycles": number(value), "correct": bool(result.correct[0]),
                      "max_abs": None if np.isnan(result.max_abs[0]) else float(result.max_abs[0])}
     return out
 
 
 def verdict(candidate: dict[str, dict[str, Any]], current: dict[str, dict[str, Any]]) -> tuple[bool, list[str]]:
-    """Whether ``candidate`` may replace ``current``, and the reasons when it may not."""
-    reasons = [f"not correct in {m} mode (max_abs {candidate[m]['max_abs']})" for m in ("dev", "final") if not candidate[m]["correct"]]
-    dev, final = candidate["dev"]["best_cycles"], candidate["final"]["best_cycles"]
-    if dev is None or final is None:
+    """Whether ``candidate`` may replace ``current`` (metrics per mode, the search's mode first), and the
+    reasons when it may not."""
+    modes = list(candidate)
+    reasons = [f"not correct in {m} mode (max_abs {candidate[m]['max_abs']})" for m in modes if not candidate[m]["correct"]]
+    if any(candidate[m]["best_cycles"] is None for m in modes):
         reasons.append("infeasible")
-    else:
-        if current["dev"]["best_cycles"] is not None and dev >= current["dev"]["best_cycles"]:
-            reasons.append(f"does not improve dev ({dev} >= {current['dev']['best_cycles']})")
-        if current["final"]["best_cycles"] is not None and final > current["final"]["best_cycles"]:
-            reasons.append(f"regresses final ({final} > {current['final']['best_cycles']})")
+        return False, reasons
+    first, before = candidate[modes[0]]["best_cycles"], current[modes[0]]["best_cycles"]
+    if before is not None and first >= before:
+        reasons.append(f"does not improve {modes[0]} ({first} >= {before})")
+    for m in modes[1:]:
+        if current[m]["best_cycles"] is not None and candidate[m]["best_cycles"] > current[m]["best_cycles"]:
+            reasons.append(f"regresses {m} ({candidate[m]['best_cycles']} > {current[m]['best_cycles']})")
     return not reasons, reasons
 
 
-def gate(objective: Objective, workspace: Workspace, candidate: Plan,
+def gate(objective: Objective, workspace: Workspace, candidate: Config,
          current_metrics: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """The gate's report for ``candidate`` against the workspace's current plan (``current_metrics``:
     its :func:`measure`, when the caller has it already)."""
+    space = objective.space
     current = workspace.current_plan()
     cand_metrics = measure(objective, candidate)
     current_metrics = current_metrics or measure(objective, current)
     passed, reasons = verdict(cand_metrics, current_metrics)
-    return {"passed": passed, "reasons": reasons, "candidate_hash": plan_hash(candidate), "current_hash": plan_hash(current),
-            "candidate": cand_metrics, "current": current_metrics, "diff": diff(current, candidate)}
+    return {"passed": passed, "reasons": reasons, "candidate_hash": space.hash(candidate), "current_hash": space.hash(current),
+            "candidate": cand_metrics, "current": current_metrics, "diff": space.diff(current, candidate)}
 
 
 def _stamp() -> str:
     return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
 
 
-def apply(objective: Objective, workspace: Workspace, candidate: Plan, dry_run: bool = True,
+def apply(objective: Objective, workspace: Workspace, candidate: Config, dry_run: bool = True,
           current_metrics: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Gate ``candidate`` and, unless ``dry_run``, write it as ``kernel_plan.json`` (backup kept)."""
     report = gate(objective, workspace, candidate, current_metrics)
@@ -69,7 +75,7 @@ def apply(objective: Objective, workspace: Workspace, candidate: Plan, dry_run: 
     if report["passed"] and not dry_run:
         backup = workspace.path(f"{BACKUP_DIR}/kernel_plan.{_stamp()}.json")
         atomic_write(backup, workspace.plan_path.read_text(encoding="utf-8"))
-        atomic_write(workspace.plan_path, plan_json(candidate))
+        atomic_write(workspace.plan_path, objective.space.to_json(candidate))
         report |= {"applied": True, "backup": str(backup.relative_to(workspace.root))}
     return report
 

@@ -27,8 +27,7 @@ from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 
 from tuner.objectives.base import Evaluations, Objective
-from tuner.plan import decode, plan_hash
-from tuner.space import DISTRIBUTIONS, to_params
+from tuner.space import Space
 
 DEFAULT_PATH = Path("studies") / "history.db"
 _META = MetaData()
@@ -49,13 +48,12 @@ SWEEPS = Table(
     Column("objective", String(64), nullable=False),
     Column("mode", String(16), nullable=False),
     Column("target", String(512), nullable=False),
-    Column("state", String(16), nullable=False),       # running | done
+    Column("state", String(16), nullable=False),       # running | done | cancelled (all but done resume)
     Column("evaluations", Integer, nullable=False),
     Column("progress", Text, nullable=False),           # strategy-specific JSON (resume point)
     Column("updated", String(32), nullable=False),
 )
 
-_DISTRIBUTION_JSON = {name: distribution_to_json(d) for name, d in DISTRIBUTIONS.items()}
 _IN_CHUNK = 500                                         # plan hashes per IN (...) query
 T = TypeVar("T")
 
@@ -172,9 +170,18 @@ class History:
                                             np.array(json.loads(r.plan), dtype=np.int16))
         return rows
 
+    def best_cached(self, objective: str, mode: str, limit: int) -> list[Row]:
+        """The ``limit`` best correct evaluations of ``objective`` in ``mode`` (one query; ties by plan hash)."""
+        query = (select(EVALUATIONS).where(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode,
+                                           EVALUATIONS.c.correct == 1, EVALUATIONS.c.best_cycles.is_not(None))
+                 .order_by(EVALUATIONS.c.best_cycles, EVALUATIONS.c.plan_hash).limit(limit))
+        with self.engine.connect() as connection:
+            return [Row(r.plan_hash, r.best_cycles, True, r.max_abs, np.array(json.loads(r.plan), dtype=np.int16))
+                    for r in connection.execute(query)]
+
     def scored(self, objective: Objective, mode: str, idx: np.ndarray) -> dict[str, Row]:
-        """Rows of the plans ``idx`` in ``mode``: from the cache, the rest scored now and cached."""
-        hashes = [plan_hash(decode(row)) for row in idx]
+        """Rows of the configurations ``idx`` in ``mode``: from the cache, the rest scored now and cached."""
+        hashes = [objective.space.hash_idx(row) for row in idx]
         found = self.cached(objective.name, mode, hashes)
         todo = sorted({h: i for i, h in enumerate(hashes) if h not in found}.values())
         if todo:
@@ -215,31 +222,32 @@ class History:
     # --- the one write path -----------------------------------------------------------------
 
     def write(self, objective: str, mode: str, rows: list[Row], study_id: int | None = None,
-              trials: list[TrialRecord] = (), sweep: dict[str, Any] | None = None) -> None:  # type: ignore[assignment]
-        """Store evaluations, trials and a sweep record in one transaction."""
+              trials: list[TrialRecord] = (), sweep: dict[str, Any] | None = None,  # type: ignore[assignment]
+              space: Space | None = None) -> None:
+        """Store evaluations, trials (of configurations of ``space``) and a sweep record in one transaction."""
         def transaction() -> None:
             with self.engine.begin() as connection:
-                self._write(connection, objective, mode, rows, study_id, list(trials), sweep)
+                self._write(connection, objective, mode, rows, study_id, list(trials), sweep, space)
 
         _retry(transaction, (OperationalError,), attempts=10, pause_s=0.05)
 
     def _write(self, connection: Any, objective: str, mode: str, rows: list[Row], study_id: int | None,
-               trials: list[TrialRecord], sweep: dict[str, Any] | None) -> None:
+               trials: list[TrialRecord], sweep: dict[str, Any] | None, space: Space | None) -> None:
         if rows:
             values = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash, "best_cycles": r.cycles,
                        "correct": int(r.correct), "max_abs": r.max_abs, "plan": json.dumps([int(i) for i in r.idx])}
                       for r in rows]
             statement = sqlite_insert(EVALUATIONS).on_conflict_do_nothing() if self.sqlite else insert(EVALUATIONS)
             connection.execute(statement, values)
-        if trials and study_id is not None:
-            self._insert_trials(connection, study_id, trials)
+        if trials and study_id is not None and space is not None:
+            self._insert_trials(connection, study_id, trials, space)
         if sweep is not None:
             record = dict(sweep, progress=json.dumps(sweep["progress"]), updated=_now().isoformat(timespec="seconds"))
             connection.execute(SWEEPS.delete().where(SWEEPS.c.study_name == record["study_name"]))
             connection.execute(insert(SWEEPS), [record])
 
     @staticmethod
-    def _insert_trials(connection: Any, study_id: int, trials: list[TrialRecord]) -> None:
+    def _insert_trials(connection: Any, study_id: int, trials: list[TrialRecord], space: Space) -> None:
         trials_t, values_t = models.TrialModel.__table__, models.TrialValueModel.__table__
         params_t, attrs_t = models.TrialParamModel.__table__, models.TrialUserAttributeModel.__table__
         count = connection.execute(select(func.count()).select_from(trials_t).where(trials_t.c.study_id == study_id)).scalar_one()
@@ -251,15 +259,17 @@ class History:
                                                                 datetime_start=now, datetime_complete=now))
             ids.append(result.inserted_primary_key[0])
         values, params, attrs = [], [], []
+        distributions = {name: (d, distribution_to_json(d)) for name, d in space.distributions.items()}
         for trial_id, record in zip(ids, trials, strict=True):
             if record.value is not None:
                 stored, kind = models.TrialValueModel.value_to_stored_repr(record.value)
                 values.append({"trial_id": trial_id, "objective": 0, "value": stored, "value_type": kind})
-            for name, value in to_params(record.idx).items():
-                params.append({"trial_id": trial_id, "param_name": name, "param_value": DISTRIBUTIONS[name].to_internal_repr(value),
-                               "distribution_json": _DISTRIBUTION_JSON[name]})
-            plan = decode(record.idx)
-            for key, value in {"plan_hash": plan_hash(plan), "plan": plan, **record.attrs}.items():
+            for name, value in space.to_params(record.idx).items():
+                distribution, text = distributions[name]
+                params.append({"trial_id": trial_id, "param_name": name, "param_value": distribution.to_internal_repr(value),
+                               "distribution_json": text})
+            plan = space.decode(record.idx)
+            for key, value in {"plan_hash": space.hash(plan), "plan": plan, **record.attrs}.items():
                 attrs.append({"trial_id": trial_id, "key": key, "value_json": json.dumps(value)})
         if values:
             connection.execute(insert(values_t), values)

@@ -1,94 +1,38 @@
-"""Typed plans: validation with clear messages, index encoding, a stable hash and diffs.
+"""Kernel plans: the tensor-plan task's space (the catalogue ``tuner/task/kernel_plan.t1.json``)
+and its plan functions: validation without coercion, encoding, a stable hash and diffs.
 
-A plan is a flat JSON object with exactly the knobs of :mod:`tuner.knobs`. Validation never
-coerces: ``"16"``, ``16.0`` and ``true`` are not ``16``.
+A plan is a flat JSON object with exactly the catalogue's knobs. Numeric knobs are ordinal
+(neighbouring choices are adjacent values); the others are nominal. The catalogue's order is the
+order of a plan's index encoding.
 """
 
 from __future__ import annotations
 
-import hashlib
 import json
-from functools import partial
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Any
 
 import numpy as np
-from pydantic import AfterValidator, BaseModel, ConfigDict, StrictInt, StrictStr, ValidationError, create_model
 
-from tuner.knobs import BY_NAME, KNOB_NAMES, KNOBS, Knob
+from tuner.space import Config, SpaceError, load_space
+
+SPACE = load_space(Path(__file__).resolve().parent / "task" / "kernel_plan.t1.json")
+PROFILE_DIR = Path(__file__).resolve().parent.parent / "studies"        # the task's bounded profiles
+KNOBS = SPACE.knobs
+KNOB_NAMES = SPACE.names
+Plan = Config
 
 
-class PlanError(ValueError):
+class PlanError(SpaceError):
     """A plan that breaks the schema. The message names the knob, the value and what is allowed."""
 
 
-def _check_choice(knob: Knob, value: Any) -> Any:
-    if value not in knob.choices:
-        raise ValueError("not an allowed value")
-    return value
-
-
-def _field(knob: Knob) -> tuple[Any, Any]:
-    base = StrictInt if knob.kind == "ordinal" else StrictStr
-    return (Annotated[base, AfterValidator(partial(_check_choice, knob))], ...)
-
-
-PlanModel: type[BaseModel] = create_model(  # type: ignore[call-overload]
-    "PlanModel",
-    __config__=ConfigDict(extra="forbid", frozen=True),
-    **{knob.name: _field(knob) for knob in KNOBS},
-)
-PlanModel.__doc__ = "A kernel plan: exactly the catalogue's knobs, each one of its choices."
-
-Plan = dict[str, Any]
-
-
-def _describe_value(name: str, error: dict[str, Any]) -> str:
-    knob = BY_NAME[name]
-    value = json.dumps(error["input"]) if _jsonable(error["input"]) else repr(error["input"])
-    if error["type"] == "value_error":
-        return f"knob {name!r}: value {value} is not allowed (allowed: {knob.allowed()})"
-    expected = "an integer" if knob.kind == "ordinal" else "a string"
-    return f"knob {name!r}: value {value} must be {expected}, one of: {knob.allowed()}"
-
-
-def _jsonable(value: Any) -> bool:
-    try:
-        json.dumps(value)
-    except (TypeError, ValueError):
-        return False
-    return True
-
-
-def _message(data: Any, errors: list[dict[str, Any]]) -> str:
-    if not isinstance(data, dict):
-        return f"a plan must be a JSON object of knobs, got {type(data).__name__}"
-    missing = [str(e["loc"][0]) for e in errors if e["type"] == "missing"]
-    unknown = [str(e["loc"][0]) for e in errors if e["type"] == "extra_forbidden"]
-    parts = [_describe_value(str(e["loc"][0]), e) for e in errors if e["type"] not in ("missing", "extra_forbidden")]
-    parts.sort(key=lambda p: KNOB_NAMES.index(p.split("'")[1]))
-    if unknown:
-        parts.append(f"unknown knob{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
-                     f"(known knobs: {', '.join(KNOB_NAMES)})")
-    if len(missing) == 1:
-        parts.append(f"missing knob {missing[0]!r} (allowed: {BY_NAME[missing[0]].allowed()})")
-    elif missing:
-        parts.append(f"missing knobs {', '.join(map(repr, missing))}")
-    return "; ".join(parts)
-
-
 def validate_plan(data: Any) -> Plan:
-    """Return the plan as a plain dict in catalogue order; raise :class:`PlanError` otherwise.
-
-    A fixture object (``{"plan": {...}, "metrics": ..., "provenance": ...}``) stands for its plan.
-    """
-    if isinstance(data, dict) and isinstance(data.get("plan"), dict) and not set(data) & set(KNOB_NAMES):
-        data = data["plan"]
+    """Return the plan as a plain dict in catalogue order; raise :class:`PlanError` otherwise."""
     try:
-        model = PlanModel.model_validate(data)
-    except ValidationError as exc:
-        raise PlanError(_message(data, exc.errors())) from None
-    return {name: getattr(model, name) for name in KNOB_NAMES}
+        return SPACE.validate(data)
+    except SpaceError as exc:
+        raise PlanError(str(exc)) from None
 
 
 def parse_plan_text(text: str, source: str = "plan") -> Plan:
@@ -111,33 +55,20 @@ def load_plan(path: str | Path) -> Plan:
 
 
 def plan_json(plan: Plan) -> str:
-    """Canonical text of a plan: catalogue order, two-space indent, trailing newline."""
-    return json.dumps({name: plan[name] for name in KNOB_NAMES}, indent=2) + "\n"
+    return SPACE.to_json(plan)
 
 
 def plan_hash(plan: Plan) -> str:
-    """Stable 16-hex-digit identity of a plan (sha256 of its canonical compact JSON)."""
-    canonical = json.dumps([plan[name] for name in KNOB_NAMES], separators=(",", ":"))
-    return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+    return SPACE.hash(plan)
 
 
 def encode(plan: Plan) -> np.ndarray:
-    """Index vector of a valid plan (``int16``, one entry per knob in catalogue order)."""
-    return np.array([BY_NAME[name].index(plan[name]) for name in KNOB_NAMES], dtype=np.int16)
-
-
-def encode_many(plans: list[Plan]) -> np.ndarray:
-    """Index matrix (plans x knobs) of valid plans."""
-    if not plans:
-        return np.zeros((0, len(KNOBS)), dtype=np.int16)
-    return np.stack([encode(p) for p in plans])
+    return SPACE.encode(plan)
 
 
 def decode(indices: np.ndarray | list[int]) -> Plan:
-    """Plan of an index vector."""
-    return {knob.name: knob.choices[int(i)] for knob, i in zip(KNOBS, indices, strict=True)}
+    return SPACE.decode(indices)
 
 
 def diff(before: Plan, after: Plan) -> dict[str, dict[str, Any]]:
-    """Knobs whose values differ, in catalogue order: ``{knob: {"from": a, "to": b}}``."""
-    return {n: {"from": before[n], "to": after[n]} for n in KNOB_NAMES if before[n] != after[n]}
+    return SPACE.diff(before, after)

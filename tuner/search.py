@@ -1,8 +1,9 @@
 """A search run: the machinery every strategy shares.
 
-Strategies only propose plans; :class:`Search` filters out what is cheaply known infeasible,
-answers what the history already holds from the cache, scores the rest in batches, keeps the
-budgets, tracks the best correct plan, shows progress and writes history in bulk.
+Strategies only propose configurations (index vectors of the objective's space); :class:`Search`
+filters out what is cheaply known infeasible, answers what the history already holds from the
+cache, scores the rest in batches, keeps the budgets, tracks the best correct configuration, shows
+progress and writes history in bulk. Nothing here knows a knob.
 """
 
 from __future__ import annotations
@@ -18,17 +19,19 @@ from tqdm import tqdm
 
 from tuner.history import History, Row, TrialRecord, rows_of
 from tuner.objectives import Objective
-from tuner.plan import decode, plan_hash
+from tuner.space import Space
 
 Progress = Callable[[int, int, str], None]
 
 
 @dataclass(frozen=True)
 class Spec:
-    """What to search: ``strategy`` and its target; budgets count new evaluations and seconds."""
+    """What to search: ``strategy`` and its target in ``mode`` (the objective's first mode); budgets
+    count new evaluations and seconds; ``include_final`` checks the finalists in the objective's
+    held-out mode, where it has one."""
 
     strategy: str
-    mode: str = "dev"
+    mode: str
     max_evals: int = 500
     time_s: float | None = None
     seed: int = 0
@@ -42,21 +45,29 @@ class Spec:
         return f"{self.strategy}:{self.target}:{self.mode}:seed{self.seed}@{objective}"
 
 
+def number(value: float | None) -> int | float | None:
+    """A value as JSON shows it best: an integer when it is one (cycles), else the float (ms)."""
+    if value is None or not np.isfinite(value):
+        return None
+    return int(value) if float(value).is_integer() else float(value)
+
+
 @dataclass
 class Candidate:
-    """A scored plan: dev cycles (``mode`` of the search) and, when checked, final cycles."""
+    """A scored configuration: its value in the search's mode and, when checked, in the held-out mode."""
 
     idx: np.ndarray
-    cycles: float
+    value: float
     correct: bool
-    final_cycles: float | None = None
-    final_correct: bool | None = None
+    held_out: float | None = None
+    held_out_correct: bool | None = None
 
-    def as_dict(self) -> dict[str, Any]:
-        plan = decode(self.idx)
-        out: dict[str, Any] = {"plan_hash": plan_hash(plan), "plan": plan, "cycles": int(self.cycles), "correct": self.correct}
-        if self.final_cycles is not None:
-            out |= {"final_cycles": int(self.final_cycles), "final_correct": self.final_correct}
+    def as_dict(self, space: Space, modes: tuple[str, ...]) -> dict[str, Any]:
+        """``{plan_hash, plan, MODE: value, correct[, HELD_OUT: value, HELD_OUT_correct]}``."""
+        plan = space.decode(self.idx)
+        out: dict[str, Any] = {"plan_hash": space.hash(plan), "plan": plan, modes[0]: number(self.value), "correct": self.correct}
+        if self.held_out is not None and len(modes) > 1:
+            out |= {modes[1]: number(self.held_out), f"{modes[1]}_correct": self.held_out_correct}
         return out
 
 
@@ -84,7 +95,8 @@ class Search:
 
     def __init__(self, history: History, objective: Objective, spec: Spec, progress: Progress | None = None,
                  should_stop: Callable[[], bool] | None = None, flush_every: int = 256, flush_seconds: float = 2.0) -> None:
-        self.history, self.objective, self.spec = history, objective, spec
+        self.history, self.objective, self.spec, self.space = history, objective, spec, objective.space
+        self.held_out_mode = objective.modes[1] if spec.include_final and len(objective.modes) > 1 else None
         self.name = spec.study_name(objective.name)
         self.study = history.study(self.name)
         self.study.set_user_attr("objective", objective.name)
@@ -103,6 +115,7 @@ class Search:
         self._last_flush = time.monotonic()
         self.flush_every, self.flush_seconds = flush_every, flush_seconds
         self.best: Candidate | None = None
+        self.memo: dict[str, Any] = {}                      # what strategies keep for this run
         for trial in history.trials(self.name):          # resume: what earlier runs of this search saw
             h = trial.user_attrs.get("plan_hash")
             if h in self.cache:
@@ -151,7 +164,7 @@ class Search:
         idx = np.asarray(idx, dtype=np.int16).reshape(-1, idx.shape[-1] if np.ndim(idx) > 1 else len(idx))
         values = np.full(len(idx), np.inf)
         feasible = self.objective.feasible(idx)
-        hashes = [plan_hash(decode(row)) if ok else "" for row, ok in zip(idx, feasible, strict=True)]
+        hashes = [self.space.hash_idx(row) if ok else "" for row, ok in zip(idx, feasible, strict=True)]
         fresh: dict[str, int] = {}                          # plan hash -> first position in this batch
         for i, (h, ok) in enumerate(zip(hashes, feasible, strict=True)):
             if not ok:
@@ -167,10 +180,12 @@ class Search:
             todo = list(fresh.values())
             result = self.objective.evaluate(idx[todo], self.spec.mode)
             self.evaluations += len(todo) * counted
-            for i, row in zip(todo, rows_of(result, list(fresh), idx[todo]), strict=True):
+            reasons = result.reasons or [None] * len(todo)
+            for i, row, reason in zip(todo, rows_of(result, list(fresh), idx[todo]), reasons, strict=True):
                 self.cache[row.plan_hash] = row
                 self._rows.append(row)
-                values[i] = self._accept(idx[i], row.plan_hash, row.cycles, row.correct, row.max_abs, attrs, cached=False)
+                values[i] = self._accept(idx[i], row.plan_hash, row.cycles, row.correct, row.max_abs,
+                                         attrs if reason is None else {**(attrs or {}), "reason": reason}, cached=False)
             self._bar.update(len(todo) * counted)
         for i, h in enumerate(hashes):                      # duplicates within this batch
             if h and np.isinf(values[i]) and h in self.seen:
@@ -188,9 +203,9 @@ class Search:
         if cycles is not None and not correct:
             record_attrs["cycles"] = cycles
         self._trials.append(TrialRecord(idx.copy(), value if np.isfinite(value) else None, record_attrs))
-        if np.isfinite(value) and (self.best is None or value < self.best.cycles):
+        if np.isfinite(value) and (self.best is None or value < self.best.value):
             self.best = Candidate(idx.copy(), value, True)
-            self.report(self.evaluations, self.spec.max_evals, f"best {int(value)}")
+            self.report(self.evaluations, self.spec.max_evals, f"best {number(value)}")
         return value
 
     def flush(self, progress: dict[str, Any] | None = None, state: str = "running") -> None:
@@ -200,29 +215,36 @@ class Search:
         sweep = {"study_name": self.name, "strategy": self.spec.strategy, "objective": self.objective.name,
                  "mode": self.spec.mode, "target": self.spec.target, "state": state, "evaluations": self.evaluations,
                  "progress": self.progress_state}
-        self.history.write(self.objective.name, self.spec.mode, self._rows, self.study._study_id, self._trials, sweep)
+        self.history.write(self.objective.name, self.spec.mode, self._rows, self.study._study_id, self._trials, sweep, self.space)
         self.trials_written += len(self._trials)
         self._rows, self._trials = [], []
         self._last_flush = time.monotonic()
 
     def finish(self, top: list[Candidate], stopped: str, progress: dict[str, Any] | None = None) -> Outcome:
-        """Check finalists in final mode if asked, write everything, and describe the run."""
-        if self.spec.include_final and top:
-            self.check_final(top)
-            top.sort(key=lambda c: (not c.final_correct, c.cycles))
+        """Check finalists in the held-out mode if asked, write everything, and describe the run."""
+        if self.held_out_mode is not None and top:
+            self.check_held_out(top)
+            top.sort(key=lambda c: (not c.held_out_correct, c.value))
         done = stopped in ("converged", "exhausted")
-        self.flush(progress, state="done" if done else "running")
+        self.flush(progress, state="done" if done else "cancelled" if stopped == "cancelled" else "running")
         self._bar.close()
         return Outcome(self.name, self.spec.strategy, self.evaluations, self.evaluations - self.resumed_from, self.trials_written,
                        self.cached_hits,
                        round(time.monotonic() - self.started, 3), stopped, top)
 
-    def check_final(self, candidates: list[Candidate]) -> None:
-        """Fill ``final_cycles``/``final_correct`` (cached in history under mode ``final``)."""
-        rows = self.history.scored(self.objective, "final", np.stack([c.idx for c in candidates]))
+    def check_held_out(self, candidates: list[Candidate]) -> None:
+        """Fill ``held_out``/``held_out_correct`` (cached in history under the held-out mode)."""
+        assert self.held_out_mode is not None
+        rows = self.history.scored(self.objective, self.held_out_mode, np.stack([c.idx for c in candidates]))
         for c in candidates:
-            row = rows[plan_hash(decode(c.idx))]
-            c.final_cycles, c.final_correct = (row.cycles if row.cycles is not None else float("inf")), row.correct
+            row = rows[self.space.hash_idx(c.idx)]
+            c.held_out, c.held_out_correct = (row.cycles if row.cycles is not None else float("inf")), row.correct
+
+    def evaluated(self) -> tuple[np.ndarray, np.ndarray]:
+        """Every configuration this run (and its earlier runs) saw, in order, with its value (``inf``: infeasible)."""
+        if not self.seen:
+            return np.empty((0, len(self.space.knobs)), dtype=np.int16), np.empty(0)
+        return np.stack([self.cache[h].idx for h in self.seen]), np.fromiter(self.seen.values(), float, len(self.seen))
 
     def top(self, n: int = 10) -> list[Candidate]:
         """Best correct plans seen by this run (and its earlier runs), best first."""

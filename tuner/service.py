@@ -19,10 +19,14 @@ import numpy as np
 
 from tuner import gate
 from tuner.history import History, resolve_url
-from tuner.objectives import BuiltinObjective, CommandObjective, Objective
-from tuner.plan import Plan, PlanError, decode, diff, encode, plan_hash
-from tuner.search import Outcome, Search, Spec
-from tuner.space import Profile, load_profile, profile_names
+from tuner.objectives import Objective
+from tuner.objectives.builtin import BuiltinObjective
+from tuner.objectives.cache import CacheObjective
+from tuner.objectives.command import CommandObjective
+from tuner.plan import PROFILE_DIR, Plan, PlanError, plan_hash
+from tuner.plan import SPACE as PLAN_SPACE
+from tuner.search import Outcome, Search, Spec, number
+from tuner.space import Config, Profile, load_profile, profile_names
 from tuner.strategies import STRATEGIES
 from tuner.task.benchmark import case_indicators, infeasibility
 from tuner.task.suites import MODES
@@ -36,20 +40,29 @@ class ServiceError(ValueError):
 
 @dataclass
 class Context:
-    """Where the tools work: a workspace, a history database and an objective kind."""
+    """Where the tools work: a workspace, a history database and an objective (``builtin``, ``command``
+    or ``cache:PATH`` of measured results, with an optional T1 ``space`` file)."""
 
     workspace: Workspace
     history_url: str
     objective_kind: str = "builtin"
     progress: Callable[[int, int, str], None] | None = None
     should_stop: Callable[[], bool] | None = None
+    space_path: str | None = None
 
     @classmethod
-    def create(cls, workspace: str | Path = ".", history: str | None = None, objective: str = "builtin", **kw: Any) -> Context:
-        if objective not in ("builtin", "command"):
-            raise ServiceError(f"objective {objective!r} is not allowed (allowed: builtin, command)")
-        ws = Workspace.at(workspace)          # the history is the operator's choice, not a tool argument
-        return cls(ws, resolve_url(history if history is not None else ws.root / "studies" / "history.db"), objective, **kw)
+    def create(cls, workspace: str | Path = ".", history: str | None = None, objective: str = "builtin",
+               space: str | None = None, **kw: Any) -> Context:
+        if objective not in ("builtin", "command") and not (objective.startswith("cache:") and len(objective) > 6):
+            raise ServiceError(f"objective {objective!r} is not allowed (allowed: builtin, command, cache:PATH)")
+        if space is not None and not objective.startswith("cache:"):
+            raise ServiceError("--space applies to a cache objective only (the tensor plan's space is built in)")
+        ws = Workspace.at(workspace)          # the history and the objective are the operator's choice, not tool arguments
+        ctx = cls(ws, resolve_url(history if history is not None else ws.root / "studies" / "history.db"), objective,
+                  space_path=space, **kw)
+        if objective.startswith("cache:"):
+            _ = ctx.objective                 # read (and check) the cache before any work
+        return ctx
 
     @cached_property
     def history(self) -> History:
@@ -57,12 +70,25 @@ class Context:
 
     @cached_property
     def objective(self) -> Objective:
+        if self.objective_kind.startswith("cache:"):
+            return CacheObjective(self.objective_kind.removeprefix("cache:"), self.space_path)
         return BuiltinObjective() if self.objective_kind == "builtin" else CommandObjective(self.workspace.root)
 
+    @property
+    def is_plan(self) -> bool:
+        """Whether the problem is the tensor plan (a workspace with kernel_plan.json, fixtures, trace)."""
+        return self.objective.space is PLAN_SPACE
 
-def _mode(mode: str) -> str:
-    if mode not in MODES:
-        raise ServiceError(f"mode {mode!r} is not allowed (allowed: {', '.join(MODES)})")
+    def tensor_plan_only(self, tool: str) -> None:
+        if not self.is_plan:
+            raise ServiceError(f"{tool} works on the tensor-plan problem only (objective builtin or command), "
+                               f"not on {self.objective_kind}")
+
+
+def _mode(ctx: Context, mode: str) -> str:
+    modes = ctx.objective.modes
+    if mode not in modes:
+        raise ServiceError(f"mode {mode!r} is not allowed (allowed: {', '.join(modes)})")
     return mode
 
 
@@ -73,8 +99,22 @@ def _positive(name: str, value: int | float | None, allow_none: bool = True) -> 
         raise ServiceError(f"{name} must be a positive number, got {value!r}")
 
 
-def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Plan, str]:
-    return ctx.workspace.resolve_plan(ref)
+def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
+    """A configuration and its label: for the tensor plan, any plan reference of the workspace; for
+    another problem, an object, a JSON file in the workspace, or (``None``) the space's default."""
+    if ctx.is_plan:
+        return ctx.workspace.resolve_plan(ref)
+    space = ctx.objective.space
+    if ref is None:
+        return space.decode(space.default()), "the space's default"
+    if isinstance(ref, dict):
+        return space.validate(ref, "configuration"), "inline configuration"
+    path = ctx.workspace.path(ref)
+    try:
+        return space.validate(json.loads(path.read_text(encoding="utf-8")), "configuration"), ref
+    except (OSError, json.JSONDecodeError) as exc:
+        raise ServiceError(f"configuration file {ref!r} cannot be read as JSON: {getattr(exc, 'msg', None) or exc.__class__.__name__}")\
+            from None
 
 
 def _measure(ctx: Context, plan: Plan) -> dict[str, dict[str, Any]]:
@@ -83,26 +123,27 @@ def _measure(ctx: Context, plan: Plan) -> dict[str, dict[str, Any]]:
 
 # --- scoring and inspection -------------------------------------------------------------------
 
-def run_objective(ctx: Context, mode: str = "dev", plan: str | dict[str, Any] | None = None) -> dict[str, Any]:
-    """The benchmark report of the current plan (or ``plan``) in ``mode`` (best_cycles: lower is better)."""
+def run_objective(ctx: Context, mode: str | None = None, plan: str | dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report of the current plan (or ``plan``) in ``mode`` (default: the objective's first; lower is better)."""
     resolved, label = _plan(ctx, plan)
-    return {"plan_source": label, **ctx.objective.report(resolved, _mode(mode))}
+    return {"plan_source": label, **ctx.objective.report(resolved, _mode(ctx, mode or ctx.objective.modes[0]))}
 
 
 def benchmark_plan(ctx: Context, plan: str | dict[str, Any] | None = None, modes: list[str] | None = None) -> dict[str, Any]:
     """Reports of a plan in each of ``modes`` (default dev and final) with a one-line verdict."""
-    modes = list(modes) if modes is not None else ["dev", "final"]
+    modes = list(modes) if modes is not None else list(ctx.objective.modes)
     if not modes or len(set(modes)) != len(modes):
-        raise ServiceError(f"modes must be a non-empty list of distinct modes from {list(MODES)}, got {modes!r}")
+        raise ServiceError(f"modes must be a non-empty list of distinct modes from {list(ctx.objective.modes)}, got {modes!r}")
     resolved, label = _plan(ctx, plan)
-    reports = {m: ctx.objective.report(resolved, _mode(m)) for m in modes}
+    reports = {m: ctx.objective.report(resolved, _mode(ctx, m)) for m in modes}
     return {"plan_source": label, "plan_hash": plan_hash(resolved), "reports": reports,
             "correct_in_all": all(r.get("correct") for r in reports.values()),
-            "best_cycles": {m: r.get("best_cycles") for m, r in reports.items()}}
+            "best_cycles": {m: r.get("best_cycles", r.get("time_ms")) for m, r in reports.items()}}
 
 
 def validate_plan(ctx: Context, plan: str | dict[str, Any] | None = None) -> dict[str, Any]:
     """Whether a plan is valid (schema) and feasible in each mode, with the reasons when not."""
+    ctx.tensor_plan_only("validate_plan")
     try:
         resolved, label = _plan(ctx, plan)
     except PlanError as exc:
@@ -115,8 +156,9 @@ def validate_plan(ctx: Context, plan: str | dict[str, Any] | None = None) -> dic
 def trace_summary(ctx: Context, plan: str | dict[str, Any] | None = None, mode: str = "dev") -> dict[str, Any]:
     """Where a plan's cycles go: components per case and overall, the hotspot, and the indicators
     (bank conflicts, register pressure, scratchpad pressure, DMA efficiency, synergies)."""
+    ctx.tensor_plan_only("trace_summary")
     resolved, label = _plan(ctx, plan)
-    report = ctx.objective.report(resolved, _mode(mode))
+    report = ctx.objective.report(resolved, _mode(ctx, mode))
     if not report.get("feasible", True):
         return {"plan_source": label, "feasible": False, "reason": report.get("reason")}
     cases = report["cases"]
@@ -147,9 +189,9 @@ def candidate_diff(ctx: Context, candidate: str | dict[str, Any], against: str |
     cm, bm = _measure(ctx, cand), _measure(ctx, base)
     delta = {m: {"from": bm[m]["best_cycles"], "to": cm[m]["best_cycles"],
                  "speedup": round(bm[m]["best_cycles"] / cm[m]["best_cycles"], 4)
-                 if bm[m]["best_cycles"] and cm[m]["best_cycles"] else None} for m in MODES}
-    return {"candidate": cand_label, "against": base_label, "changes": diff(base, cand), "metrics": delta,
-            "candidate_correct": {m: cm[m]["correct"] for m in MODES}}
+                 if bm[m]["best_cycles"] and cm[m]["best_cycles"] else None} for m in ctx.objective.modes}
+    return {"candidate": cand_label, "against": base_label, "changes": ctx.objective.space.diff(base, cand), "metrics": delta,
+            "candidate_correct": {m: cm[m]["correct"] for m in ctx.objective.modes}}
 
 
 # --- searches ---------------------------------------------------------------------------------
@@ -157,15 +199,15 @@ def candidate_diff(ctx: Context, candidate: str | dict[str, Any], against: str |
 def _search(ctx: Context, spec: Spec) -> dict[str, Any]:
     search = Search(ctx.history, ctx.objective, spec, progress=ctx.progress, should_stop=ctx.should_stop)
     outcome: Outcome = STRATEGIES[spec.strategy](search)
-    return _outcome(outcome, spec)
+    return _outcome(ctx, outcome, spec)
 
 
-def _outcome(outcome: Outcome, spec: Spec) -> dict[str, Any]:
-    best = outcome.best
+def _outcome(ctx: Context, outcome: Outcome, spec: Spec) -> dict[str, Any]:
+    best, space, modes = outcome.best, ctx.objective.space, ctx.objective.modes
     return {"study": outcome.study_name, "strategy": outcome.strategy, "target": spec.target, "mode": spec.mode,
             "evaluations": outcome.evaluations, "new_evaluations": outcome.new_evaluations, "trials": outcome.trials,
             "cached": outcome.cached, "seconds": outcome.seconds, "stopped": outcome.stopped,
-            "best": best.as_dict() if best else None, "top": [c.as_dict() for c in outcome.top[:5]]}
+            "best": best.as_dict(space, modes) if best else None, "top": [c.as_dict(space, modes) for c in outcome.top[:5]]}
 
 
 def local_neighborhood_search(ctx: Context, fixture: str | None = None, plan: str | dict[str, Any] | None = None,
@@ -179,21 +221,25 @@ def local_neighborhood_search(ctx: Context, fixture: str | None = None, plan: st
         raise ServiceError("give either fixture or plan, not both")
     _positive("max_evals", max_evals, allow_none=False)
     _positive("time_s", time_s)
+    if fixture is not None:
+        ctx.tensor_plan_only("local_neighborhood_search --fixture")
+    space = ctx.objective.space
     start, label = _plan(ctx, check_name(fixture, "fixture") if fixture is not None else plan)
-    target = f"fixture:{fixture}" if fixture else f"plan:{plan_hash(start)}"
-    spec = Spec(strategy=strategy, max_evals=int(max_evals), time_s=time_s, seed=int(seed), start=tuple(int(v) for v in encode(start)),
-                target=target, include_final=bool(include_final))
+    target = f"fixture:{fixture}" if fixture else f"plan:{space.hash(start)}"
+    spec = Spec(strategy=strategy, mode=ctx.objective.modes[0], max_evals=int(max_evals), time_s=time_s, seed=int(seed),
+                start=tuple(int(v) for v in space.encode(start)), target=target, include_final=bool(include_final))
     return {"start": label, **_search(ctx, spec)}
 
 
 def bounded_exhaustive_search(ctx: Context, profile: str, max_evals: int | None = None, include_final: bool = True,
                               time_s: float | None = None) -> dict[str, Any]:
-    """Every plan of a named profile (``studies/NAME.json``), scored in batches; resumable."""
-    prof: Profile = load_profile(profile, ctx.workspace.root / "studies")
+    """Every configuration of a named profile (``studies/NAME.json``, or ``all``: the whole space), scored in
+    batches; resumable."""
+    prof: Profile = load_profile(profile, ctx.objective.space, *_profile_folders(ctx))
     _positive("max_evals", max_evals)
     _positive("time_s", time_s)
-    spec = Spec(strategy="exhaustive", max_evals=int(max_evals or prof.size), time_s=time_s, target=f"profile:{profile}",
-                profile=prof, include_final=bool(include_final))
+    spec = Spec(strategy="exhaustive", mode=ctx.objective.modes[0], max_evals=int(max_evals or prof.size), time_s=time_s,
+                target=f"profile:{profile}", profile=prof, include_final=bool(include_final))
     return {"profile": profile, "profile_size": prof.size, **_search(ctx, spec)}
 
 
@@ -206,106 +252,127 @@ def search_plans(ctx: Context, strategy: str = "quick", max_evals: int = 500, ti
     _positive("max_evals", max_evals, allow_none=False)
     _positive("time_s", time_s)
     start = None
+    space = ctx.objective.space
     if strategy == "focused":
         seeds = _seeds(ctx, 1)
-        start = tuple(int(v) for v in encode(seeds[0]["plan"])) if seeds else tuple(int(v) for v in encode(ctx.workspace.current_plan()))
-    spec = Spec(strategy=strategy, max_evals=int(max_evals), time_s=time_s, seed=int(seed), start=start,
-                include_final=bool(include_final))
+        start = tuple(int(v) for v in space.encode(seeds[0]["plan"] if seeds else _plan(ctx, None)[0]))
+    spec = Spec(strategy=strategy, mode=ctx.objective.modes[0], max_evals=int(max_evals), time_s=time_s, seed=int(seed),
+                start=start, include_final=bool(include_final))
     return _search(ctx, spec)
 
 
 # --- history ----------------------------------------------------------------------------------
 
-def _plan_row(source: str, plan: Plan, metrics: dict[str, dict[str, Any]]) -> dict[str, Any]:
-    return {"source": source, "plan_hash": plan_hash(plan), "plan": plan, "dev": metrics["dev"]["best_cycles"],
-            "final": metrics["final"]["best_cycles"], "correct": metrics["dev"]["correct"] and metrics["final"]["correct"]}
+def _first_last(ctx: Context) -> tuple[str, str]:
+    """The search's mode and the authority (the held-out mode, or the same one where there is none)."""
+    return ctx.objective.modes[0], ctx.objective.modes[-1]
+
+
+def _plan_row(ctx: Context, source: str, plan: Config, metrics: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    row = {"source": source, "plan_hash": ctx.objective.space.hash(plan), "plan": plan}
+    return row | {m: metrics[m]["best_cycles"] for m in ctx.objective.modes} | {"correct": all(m["correct"] for m in metrics.values())}
+
+
+def _rank_key(ctx: Context) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """Correct first, then the search's mode, then the authority, then the hash: ties break the same way every run."""
+    first, last = _first_last(ctx)
+    inf = float("inf")
+    return lambda r: (not r["correct"], r[first] if r[first] is not None else inf, r[last] if r[last] is not None else inf,
+                      r["plan_hash"])
 
 
 def _fixture_rows(ctx: Context) -> list[dict[str, Any]]:
+    if not ctx.is_plan:
+        return []
     rows = []
     for name in ctx.workspace.fixture_names():
         try:
             plan = ctx.workspace.resolve_plan(name)[0]
         except (WorkspaceError, PlanError):
             continue
-        rows.append(_plan_row(f"fixture:{name}", plan, _measure(ctx, plan)))
+        rows.append(_plan_row(ctx, f"fixture:{name}", plan, _measure(ctx, plan)))
     return rows
 
 
 def _history_rows(ctx: Context, limit: int) -> list[dict[str, Any]]:
-    name = ctx.objective.name
-    dev = [r for r in ctx.history.cached(name, "dev").values() if r.correct and r.cycles is not None]
-    dev.sort(key=lambda r: r.cycles)
-    dev = dev[: max(limit * 4, limit)]
-    final = ctx.history.scored(ctx.objective, "final", np.stack([r.idx for r in dev])) if dev else {}
+    name, space = ctx.objective.name, ctx.objective.space
+    first, last = _first_last(ctx)
+    best = ctx.history.best_cached(name, first, max(limit * 4, limit))
+    held = ctx.history.scored(ctx.objective, last, np.stack([r.idx for r in best])) if best and last != first else {}
     out = []
-    for r in dev:
-        f = final[r.plan_hash]
-        out.append({"source": "history", "plan_hash": r.plan_hash, "plan": decode(r.idx), "dev": int(r.cycles),
-                    "final": int(f.cycles) if f.cycles is not None else None, "correct": bool(f.correct)})
+    for r in best:
+        f = held.get(r.plan_hash, r)
+        out.append({"source": "history", "plan_hash": r.plan_hash, "plan": space.decode(r.idx), first: number(r.cycles),
+                    last: number(f.cycles), "correct": bool(f.correct)})
     return out
 
 
 def _seeds(ctx: Context, limit: int) -> list[dict[str, Any]]:
-    rows = [r for r in _fixture_rows(ctx) + _history_rows(ctx, limit) if r["correct"] and r["dev"] is not None]
+    first = ctx.objective.modes[0]
+    rows = [r for r in _fixture_rows(ctx) + _history_rows(ctx, limit) if r["correct"] and r[first] is not None]
     unique: dict[str, dict[str, Any]] = {}
-    for r in sorted(rows, key=lambda r: (r["dev"], r["source"])):
+    for r in sorted(rows, key=lambda r: (*_rank_key(ctx)(r), r["source"])):
         unique.setdefault(r["plan_hash"], r)
     return list(unique.values())[:limit]
 
 
+def _profile_folders(ctx: Context) -> tuple[Path, ...]:
+    return (ctx.workspace.root / "studies", PROFILE_DIR) if ctx.is_plan else (ctx.workspace.root / "studies",)
+
+
 def resume_search_history(ctx: Context, limit: int = 5) -> dict[str, Any]:
-    """The best seeds (fixtures and history, verified in both modes) and the searches already run."""
+    """The best seeds (fixtures and history, verified in every mode) and the searches already run."""
     _positive("limit", limit, allow_none=False)
     sweeps = [{k: s[k] for k in ("study_name", "strategy", "target", "mode", "state", "evaluations", "updated")}
               for s in ctx.history.sweeps() if s["objective"] == ctx.objective.name]
     done_profiles = {s["target"].removeprefix("profile:") for s in sweeps if s["strategy"] == "exhaustive" and s["state"] == "done"}
     return {"seeds": _seeds(ctx, int(limit)), "searches": sweeps,
-            "profiles_not_swept": [p for p in profile_names(ctx.workspace.root / "studies") if p not in done_profiles]}
+            "profiles_not_swept": [p for p in profile_names(*_profile_folders(ctx)) if p not in done_profiles]}
 
 
 def _study_best(ctx: Context, study: str) -> dict[str, Any] | None:
     trials = [t for t in ctx.history.trials(study) if t.value is not None]
-    trials.sort(key=lambda t: t.value)
-    best = None
-    for t in trials[:5]:
-        plan = t.user_attrs["plan"]
-        metrics = _measure(ctx, plan)
-        if metrics["dev"]["correct"] and metrics["final"]["correct"]:
-            row = {"study": study, "plan_hash": t.user_attrs["plan_hash"], "plan": plan, "dev": metrics["dev"]["best_cycles"],
-                   "final": metrics["final"]["best_cycles"], "trials": len(trials)}
-            if best is None or row["final"] < best["final"]:
-                best = row
-    return best
+    trials.sort(key=lambda t: (t.value, t.user_attrs["plan_hash"]))
+    rows = [_plan_row(ctx, study, t.user_attrs["plan"], _measure(ctx, t.user_attrs["plan"])) for t in trials[:5]]
+    first, last = _first_last(ctx)
+    verified = sorted((r for r in rows if r["correct"]), key=lambda r: (r[last], r[first], r["plan_hash"]))
+    if not verified:
+        return None
+    best = verified[0]
+    return {"study": study, "plan_hash": best["plan_hash"], "plan": best["plan"],
+            **{m: best[m] for m in ctx.objective.modes}, "trials": len(trials)}
 
 
 def _study_bests(ctx: Context) -> list[dict[str, Any]]:
-    """The best verified plan of every study of this objective that has one."""
+    """The best verified configuration of every study of this objective that has one."""
     return [b for s in ctx.history.study_names() if s.endswith(ctx.objective.name) and (b := _study_best(ctx, s))]
 
 
 def rank_experiments(ctx: Context) -> dict[str, Any]:
-    """Studies ranked by their best verified final cycles (among each study's five best dev trials)."""
+    """Studies ranked by their best verified value in the authority mode (among each study's five best trials)."""
+    first, last = _first_last(ctx)
     rows = _study_bests(ctx)
-    rows.sort(key=lambda r: (r["final"], r["dev"]))
+    rows.sort(key=lambda r: (r[last], r[first], r["plan_hash"]))
     return {"ranking": [{"rank": i + 1, **{k: v for k, v in r.items() if k != "plan"}} for i, r in enumerate(rows)]}
 
 
 def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
-    """The current plan beside the fixtures and the best plan of every study, by dev then final;
-    ``best_verified`` (with its plan) is the best one correct in both modes that does not regress final."""
+    """The current configuration beside the fixtures and the best of every study, by the search's mode,
+    then the authority, then the hash; ``best_verified`` (with its plan) is the best one correct in every
+    mode that does not regress the authority."""
     _positive("limit", limit, allow_none=False)
-    current = ctx.workspace.current_plan()
+    last = _first_last(ctx)[1]
+    current = _plan(ctx, None)[0]
     cm = _measure(ctx, current)
-    rows = [_plan_row("current", current, cm), *_fixture_rows(ctx)]
-    rows += [{"source": f"study:{b['study']}", "plan_hash": b["plan_hash"], "plan": b["plan"], "dev": b["dev"], "final": b["final"],
-              "correct": True} for b in _study_bests(ctx)]
-    rows.sort(key=lambda r: (not r["correct"], r["dev"] if r["dev"] is not None else float("inf")))
-    verified = [r for r in rows if r["correct"] and r["dev"] is not None and r["final"] is not None
-                and (cm["final"]["best_cycles"] is None or r["final"] <= cm["final"]["best_cycles"])]
+    rows = [_plan_row(ctx, "current", current, cm), *_fixture_rows(ctx)]
+    rows += [{"source": f"study:{b['study']}", "plan_hash": b["plan_hash"], "plan": b["plan"],
+              **{m: b[m] for m in ctx.objective.modes}, "correct": True} for b in _study_bests(ctx)]
+    rows.sort(key=_rank_key(ctx))
+    verified = [r for r in rows if r["correct"] and all(r[m] is not None for m in ctx.objective.modes)
+                and (cm[last]["best_cycles"] is None or r[last] <= cm[last]["best_cycles"])]
     best = verified[0] if verified else None
     return {"rows": [{k: v for k, v in r.items() if k != "plan"} for r in rows[:int(limit)]], "best_verified": best,
-            "current_is_best": best is not None and best["plan_hash"] == plan_hash(current)}
+            "current_is_best": best is not None and best["plan_hash"] == ctx.objective.space.hash(current)}
 
 
 # --- gate, apply, fixtures, results -----------------------------------------------------------
@@ -318,12 +385,14 @@ def _dry_run(value: Any) -> bool:
 
 def apply_candidate(ctx: Context, plan: str | dict[str, Any], dry_run: bool = True) -> dict[str, Any]:
     """Gate a candidate (correct in both modes, better dev, final not worse) and, unless dry_run, write it."""
+    ctx.tensor_plan_only("apply_candidate")
     candidate, label = _plan(ctx, plan)
     return {"candidate_source": label, **gate.apply(ctx.objective, ctx.workspace, candidate, _dry_run(dry_run))}
 
 
 def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20) -> dict[str, Any]:
     """Apply the best plan from fixtures and history that passes the gate (dry run unless told otherwise)."""
+    ctx.tensor_plan_only("apply_best_verified")
     dry = _dry_run(dry_run)
     current = ctx.workspace.current_plan()
     current_metrics = _measure(ctx, current)                # measured once, not once per seed
@@ -343,6 +412,7 @@ def rollback(ctx: Context, backup: str | None = None, dry_run: bool = False) -> 
 
 def export_candidate_fixture(ctx: Context, name: str, plan: str | dict[str, Any] | None = None, note: str = "") -> dict[str, Any]:
     """Write ``fixtures/NAME.json``: the plan, its metrics in both modes and where it came from."""
+    ctx.tensor_plan_only("export_candidate_fixture")
     check_name(name, "fixture")
     resolved, label = _plan(ctx, plan)
     path = ctx.workspace.path(f"fixtures/{name}.json")
@@ -371,6 +441,7 @@ def _telemetry_tools(ctx: Context) -> list[str]:
 def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None = None) -> dict[str, Any]:
     """Run the final benchmark on the current plan and write the iteration result JSON
     (``metrics.best_cycles`` = ``metrics.score`` = final best_cycles) with the tools used."""
+    ctx.tensor_plan_only("record_result")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
         raise ServiceError(f"tools must be a list of tool names, got {tools!r}")
     target = ctx.workspace.path(path)
@@ -405,6 +476,7 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     """The seed's workflow, steps 1-10, on the workspace within ``time_s`` seconds: score, trace,
     resume, local search, both profiles, quick search, verify, apply (dry run unless ``apply``),
     export (when applied) and compare."""
+    ctx.tensor_plan_only("run")
     _positive("time_s", time_s, allow_none=False)
     if not isinstance(apply, bool):
         raise ServiceError(f"apply must be a boolean, got {apply!r}")
@@ -432,7 +504,7 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     if left() > 0:
         searches.append(search_plans(ctx, "quick", max_evals=500, time_s=left(), seed=seed))
     steps += [{"step": s["strategy"], "study": s["study"], "evaluations": s["evaluations"], "stopped": s["stopped"],
-               "best_dev": s["best"]["cycles"] if s["best"] else None} for s in searches]
+               "best_dev": s["best"]["dev"] if s["best"] else None} for s in searches]
     verified = apply_best_verified(ctx, dry_run=not apply)
     winner = ctx.workspace.current_plan() if verified.get("applied") else None
     candidate_hash = verified.get("candidate_hash")

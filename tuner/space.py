@@ -1,53 +1,359 @@
-"""The search space: an Optuna distribution per knob, and named bounded profiles.
+"""Search spaces as data: knobs with ordered values and a kind, restrictions, and bounded profiles.
 
-Ordinal knobs are integer indices (so TPE sees their order); nominal knobs are categorical.
-A profile (``studies/NAME.json``) lists allowed values per knob; its plans are enumerated by a
-mixed-radix index, so a grid of millions never has to exist as a list.
+A :class:`Space` is what every strategy sees: configurations are index vectors (``int16``, one
+entry per knob in space order), ordinal knobs have meaningful neighbours, nominal ones do not, and
+restrictions (conditions) rule configurations out before anything is scored. Spaces come from data:
+a T1 tuning-problem file (:func:`space_from_t1`), a Kernel Tuner ``tune_params`` object
+(:func:`space_from_tune_params`) or this repository's own catalogue (a T1 file too). Expressions in
+those files are untrusted text and go through :mod:`tuner.expressions`, never ``eval``.
+
+A profile (``studies/NAME.json``) lists allowed values per knob; its configurations are
+enumerated by a mixed-radix index, so a grid of millions never has to exist as a list.
 """
 
 from __future__ import annotations
 
+import hashlib
 import json
 from dataclasses import dataclass
+from functools import cached_property
 from math import prod
 from pathlib import Path
+from typing import Any, Literal
 
 import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
-from tuner.knobs import BY_NAME, KNOB_NAMES, KNOBS, Knob
+from tuner.expressions import ExpressionError, evaluate, names_in
 from tuner.workspace import WorkspaceError, check_name
 
-PROFILE_DIR = Path(__file__).resolve().parent.parent / "studies"
+Kind = Literal["ordinal", "nominal"]
+Value = int | float | str | bool
+Config = dict[str, Any]
+MAX_KNOBS = 64
+MAX_VALUES = 10_000                   # values of one knob
 
 
-def distribution(knob: Knob) -> BaseDistribution:
-    """Optuna distribution of a knob: index range for ordinal knobs, choices for nominal ones."""
-    if knob.kind == "ordinal":
-        return IntDistribution(0, knob.size - 1)
-    return CategoricalDistribution(list(knob.choices))
-
-
-DISTRIBUTIONS: dict[str, BaseDistribution] = {k.name: distribution(k) for k in KNOBS}
-
-
-def to_params(idx: np.ndarray) -> dict[str, int | str]:
-    """Optuna params of an index vector."""
-    return {k.name: int(i) if k.kind == "ordinal" else k.choices[int(i)] for k, i in zip(KNOBS, idx, strict=True)}
-
-
-def from_params(params: dict[str, int | str]) -> np.ndarray:
-    """Index vector of Optuna params."""
-    return np.array([params[k.name] if k.kind == "ordinal" else k.index(params[k.name]) for k in KNOBS], dtype=np.int16)
+class SpaceError(ValueError):
+    """A space file or a configuration that breaks the space (the message names the knob and value)."""
 
 
 class ProfileError(ValueError):
     """A profile that does not exist or is malformed."""
 
 
+def _same(a: Any, b: Any) -> bool:
+    return type(a) is type(b) and a == b
+
+
+def _text(value: Any) -> str:
+    try:
+        return json.dumps(value)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
+@dataclass(frozen=True)
+class Knob:
+    """One knob: its name, its values in order, whether that order means anything, and its default."""
+
+    name: str
+    choices: tuple[Value, ...]
+    kind: Kind
+    default: Value | None = None
+
+    @property
+    def size(self) -> int:
+        return len(self.choices)
+
+    def index(self, value: Any) -> int:
+        """Index of ``value`` among ``choices`` (same type and value); ``ValueError`` otherwise."""
+        for i, choice in enumerate(self.choices):
+            if _same(choice, value):
+                return i
+        raise ValueError(f"knob {self.name!r}: {value!r} is not one of {self.allowed()}")
+
+    def allowed(self) -> str:
+        return ", ".join(str(c) for c in self.choices)
+
+    def expected(self) -> str:
+        kinds = {type(c) for c in self.choices}
+        if kinds == {int}:
+            return "an integer"
+        if kinds == {str}:
+            return "a string"
+        return "a number" if kinds <= {int, float} else "one of the listed values"
+
+
+@dataclass(frozen=True)
+class Space:
+    """Knobs (in encoding order) and restrictions: the whole of a tuning problem's search space."""
+
+    name: str
+    knobs: tuple[Knob, ...]
+    conditions: tuple[str, ...] = ()
+
+    @cached_property
+    def names(self) -> tuple[str, ...]:
+        return tuple(k.name for k in self.knobs)
+
+    @cached_property
+    def by_name(self) -> dict[str, Knob]:
+        return {k.name: k for k in self.knobs}
+
+    @cached_property
+    def position(self) -> dict[str, int]:
+        return {k.name: i for i, k in enumerate(self.knobs)}
+
+    @cached_property
+    def sizes(self) -> np.ndarray:
+        return np.array([k.size for k in self.knobs])
+
+    @cached_property
+    def ordinal(self) -> np.ndarray:
+        """Boolean mask of the ordinal knobs."""
+        return np.array([k.kind == "ordinal" for k in self.knobs])
+
+    @property
+    def size(self) -> int:
+        """Configurations before restrictions."""
+        return prod(k.size for k in self.knobs)
+
+    @cached_property
+    def fingerprint(self) -> str:
+        """Stable identity of the space's content (knobs, values, kinds, restrictions)."""
+        data = [[k.name, list(k.choices), k.kind] for k in self.knobs] + [list(self.conditions)]
+        return hashlib.sha256(json.dumps(data, default=str).encode()).hexdigest()[:12]
+
+    # --- configurations -------------------------------------------------------------------
+
+    def validate(self, data: Any, what: str = "plan") -> Config:
+        """The configuration as a dict in space order; :class:`SpaceError` naming every bad knob otherwise.
+
+        Nothing is coerced: ``"16"``, ``16.0`` and ``true`` are not ``16``. A fixture object
+        (``{"plan": {...}, ...}``) stands for its configuration.
+        """
+        if isinstance(data, dict) and isinstance(data.get("plan"), dict) and not set(data) & set(self.names):
+            data = data["plan"]
+        if not isinstance(data, dict):
+            raise SpaceError(f"a {what} must be a JSON object of knobs, got {type(data).__name__}")
+        parts = []
+        for knob in self.knobs:
+            if knob.name not in data:
+                continue
+            value = data[knob.name]
+            if any(_same(value, c) for c in knob.choices):
+                continue
+            if any(type(value) is type(c) for c in knob.choices):
+                parts.append(f"knob {knob.name!r}: value {_text(value)} is not allowed (allowed: {knob.allowed()})")
+            else:
+                parts.append(f"knob {knob.name!r}: value {_text(value)} must be {knob.expected()}, one of: {knob.allowed()}")
+        unknown = [str(k) for k in data if k not in self.by_name]
+        missing = [k for k in self.names if k not in data]
+        if unknown:
+            parts.append(f"unknown knob{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+                         f"(known knobs: {', '.join(self.names)})")
+        if len(missing) == 1:
+            parts.append(f"missing knob {missing[0]!r} (allowed: {self.by_name[missing[0]].allowed()})")
+        elif missing:
+            parts.append(f"missing knobs {', '.join(map(repr, missing))}")
+        if parts:
+            raise SpaceError("; ".join(parts))
+        return {name: data[name] for name in self.names}
+
+    def encode(self, config: Config) -> np.ndarray:
+        """Index vector of a valid configuration."""
+        return np.array([k.index(config[k.name]) for k in self.knobs], dtype=np.int16)
+
+    def encode_many(self, configs: list[Config]) -> np.ndarray:
+        if not configs:
+            return np.zeros((0, len(self.knobs)), dtype=np.int16)
+        return np.stack([self.encode(c) for c in configs])
+
+    def decode(self, idx: np.ndarray | list[int] | tuple[int, ...]) -> Config:
+        """Configuration of an index vector."""
+        return {k.name: k.choices[int(i)] for k, i in zip(self.knobs, idx, strict=True)}
+
+    def hash(self, config: Config) -> str:
+        """Stable 16-hex-digit identity of a configuration (sha256 of its values in space order)."""
+        canonical = json.dumps([config[name] for name in self.names], separators=(",", ":"))
+        return hashlib.sha256(canonical.encode()).hexdigest()[:16]
+
+    def hash_idx(self, idx: np.ndarray) -> str:
+        return self.hash(self.decode(idx))
+
+    def to_json(self, config: Config) -> str:
+        """Canonical text of a configuration: space order, two-space indent, trailing newline."""
+        return json.dumps({name: config[name] for name in self.names}, indent=2) + "\n"
+
+    def diff(self, before: Config, after: Config) -> dict[str, dict[str, Any]]:
+        """Knobs whose values differ, in space order: ``{knob: {"from": a, "to": b}}``."""
+        return {n: {"from": before[n], "to": after[n]} for n in self.names if before[n] != after[n]}
+
+    def default(self) -> np.ndarray:
+        """Index vector of the default configuration (each knob's default, else its first value)."""
+        return np.array([k.index(k.default) if k.default is not None else 0 for k in self.knobs], dtype=np.int16)
+
+    # --- restrictions ---------------------------------------------------------------------
+
+    def values(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """Per knob, the values of the configurations ``idx`` (plans x knobs) as arrays."""
+        idx = np.asarray(idx)
+        return {k.name: self._tables[j][idx[:, j]] for j, k in enumerate(self.knobs)}
+
+    @cached_property
+    def _tables(self) -> list[np.ndarray]:
+        return [np.array(k.choices) for k in self.knobs]
+
+    def allowed(self, idx: np.ndarray) -> np.ndarray:
+        """Whether each configuration of ``idx`` passes every restriction (bool per row)."""
+        idx = np.asarray(idx).reshape(-1, len(self.knobs))
+        ok = np.ones(len(idx), dtype=bool)
+        if not self.conditions or not len(idx):
+            return ok
+        names = self.values(idx)
+        with np.errstate(all="ignore"):
+            for condition in self.conditions:
+                ok &= np.broadcast_to(np.asarray(evaluate(condition, names), dtype=bool), ok.shape)
+        return ok
+
+    # --- Optuna's view --------------------------------------------------------------------
+
+    @cached_property
+    def distributions(self) -> dict[str, BaseDistribution]:
+        """Per knob: an index range for ordinal knobs (so TPE sees their order), choices for nominal ones."""
+        return {k.name: IntDistribution(0, k.size - 1) if k.kind == "ordinal" else CategoricalDistribution(list(k.choices))
+                for k in self.knobs}
+
+    def to_params(self, idx: np.ndarray) -> dict[str, Any]:
+        """Optuna params of an index vector."""
+        return {k.name: int(i) if k.kind == "ordinal" else k.choices[int(i)] for k, i in zip(self.knobs, idx, strict=True)}
+
+    def from_params(self, params: dict[str, Any]) -> np.ndarray:
+        """Index vector of Optuna params."""
+        return np.array([params[k.name] if k.kind == "ordinal" else k.index(params[k.name]) for k in self.knobs], dtype=np.int16)
+
+
+# --- readers ----------------------------------------------------------------------------------
+
+def _kind(values: list[Any], declared: Any, where: str) -> Kind:
+    if declared is not None:
+        if declared not in ("ordinal", "nominal"):
+            raise SpaceError(f"{where}: Kind {declared!r} is not allowed (allowed: ordinal, nominal)")
+        return declared
+    numeric = all(isinstance(v, int | float) and not isinstance(v, bool) for v in values)
+    return "ordinal" if numeric and len(values) > 1 else "nominal"
+
+
+def make_knob(name: Any, values: Any, where: str, default: Any = None, kind: Any = None) -> Knob:
+    """A knob from data; :class:`SpaceError` naming ``where`` when the values are not a list of scalars."""
+    if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
+        raise SpaceError(f"{where}: knob name {name!r} is not allowed (a plain identifier)")
+    if isinstance(values, str):
+        try:
+            values = evaluate(values)
+        except ExpressionError as exc:
+            raise SpaceError(f"{where}: knob {name!r}: {exc}") from None
+    if isinstance(values, range | tuple):
+        values = list(values)
+    if not isinstance(values, list) or not values:
+        raise SpaceError(f"{where}: knob {name!r}: values must be a non-empty list, got {_text(values)[:60]}")
+    if len(values) > MAX_VALUES:
+        raise SpaceError(f"{where}: knob {name!r} has {len(values)} values (at most {MAX_VALUES})")
+    if not all(isinstance(v, int | float | str | bool) for v in values):
+        raise SpaceError(f"{where}: knob {name!r}: values must be numbers, strings or booleans")
+    if len({(type(v), v) for v in values}) != len(values):
+        raise SpaceError(f"{where}: knob {name!r} repeats a value")
+    if default is not None and not any(_same(default, v) for v in values):
+        default = None
+    return Knob(name, tuple(values), _kind(values, kind, where), default)
+
+
+def make_space(name: str, knobs: list[Knob], conditions: list[Any], where: str) -> Space:
+    """A space from knobs and condition strings, each condition checked for its names and its form."""
+    if not knobs or len(knobs) > MAX_KNOBS:
+        raise SpaceError(f"{where}: a space needs 1 to {MAX_KNOBS} knobs, got {len(knobs)}")
+    if len({k.name for k in knobs}) != len(knobs):
+        raise SpaceError(f"{where}: knob names repeat")
+    space = Space(name, tuple(knobs), tuple(conditions))
+    for condition in conditions:
+        if not isinstance(condition, str):
+            raise SpaceError(f"{where}: a condition must be an expression string, got {_text(condition)[:60]}")
+        try:
+            unknown = names_in(condition) - set(space.names)
+            if unknown:
+                raise SpaceError(f"{where}: condition {condition!r} names unknown knobs {sorted(unknown)}")
+            space.allowed(space.default()[None])           # refuses what the evaluator does not allow
+        except ExpressionError as exc:
+            raise SpaceError(f"{where}: {exc}") from None
+    return space
+
+
+def space_from_t1(data: Any, source: str = "T1 file") -> Space:
+    """The space of a T1 tuning-problem object (``ConfigurationSpace.TuningParameters`` and ``Conditions``).
+
+    ``Values`` is a list or an expression string; ``Default`` is optional; an optional ``Kind``
+    (``ordinal``/``nominal``) overrides the inference (numbers ordinal, anything else nominal).
+    """
+    config = data.get("ConfigurationSpace") if isinstance(data, dict) else None
+    params = config.get("TuningParameters") if isinstance(config, dict) else None
+    if not isinstance(params, list):
+        raise SpaceError(f"{source}: no ConfigurationSpace.TuningParameters list")
+    knobs = []
+    for i, p in enumerate(params):
+        if not isinstance(p, dict):
+            raise SpaceError(f"{source}: TuningParameters[{i}] is not an object")
+        knobs.append(make_knob(p.get("Name"), p.get("Values"), source, p.get("Default"), p.get("Kind")))
+    conditions = config.get("Conditions") or []
+    if not isinstance(conditions, list):
+        raise SpaceError(f"{source}: Conditions must be a list")
+    expressions = [c.get("Expression") if isinstance(c, dict) else c for c in conditions]
+    general = data.get("General") if isinstance(data.get("General"), dict) else {}
+    return make_space(str(general.get("BenchmarkName") or Path(source).stem), knobs, expressions, source)
+
+
+def space_from_tune_params(params: Any, keys: Any = None, name: str = "cache", source: str = "cache") -> Space:
+    """The space of a Kernel Tuner ``tune_params`` object (knob order: ``keys`` when given)."""
+    if not isinstance(params, dict) or not params:
+        raise SpaceError(f"{source}: no tune_params object")
+    keys = list(params) if keys is None else keys
+    if not isinstance(keys, list) or set(keys) != set(params):
+        raise SpaceError(f"{source}: tune_params_keys must list the knobs of tune_params")
+    return make_space(name, [make_knob(k, params[k], source) for k in keys], [], source)
+
+
+def read_json(path: str | Path, what: str) -> Any:
+    """JSON of a file (``.gz`` decompressed); :class:`SpaceError` naming the file on any failure."""
+    import gzip
+    import zlib
+
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+        if path.suffix == ".gz":
+            raw = gzip.decompress(raw)
+        return json.loads(raw)
+    except FileNotFoundError:
+        raise SpaceError(f"{what} {path.name!r} does not exist") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise SpaceError(f"{what} {path.name!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        raise SpaceError(f"{what} {path.name!r} is not valid JSON: {getattr(exc, 'msg', exc)}") from None
+
+
+def load_space(path: str | Path) -> Space:
+    """The space of a T1 file."""
+    return space_from_t1(read_json(path, "space file"), Path(path).name)
+
+
+# --- profiles ---------------------------------------------------------------------------------
+
+WHOLE_SPACE = "all"                  # the profile every space has: every value of every knob
+
+
 @dataclass(frozen=True)
 class Profile:
-    """A bounded grid: per knob, the indices (catalogue order) of its allowed values."""
+    """A bounded grid: per knob, the indices (space order) of its allowed values."""
 
     name: str
     description: str
@@ -58,33 +364,35 @@ class Profile:
         return prod(len(c) for c in self.choices)
 
     def plans(self, start: int, stop: int) -> np.ndarray:
-        """Index matrix of plans ``start`` .. ``stop - 1`` in enumeration order (last knob fastest)."""
+        """Index matrix of configurations ``start`` .. ``stop - 1`` in enumeration order (last knob fastest)."""
         flat = np.arange(start, min(stop, self.size), dtype=np.int64)
-        out = np.empty((len(flat), len(KNOBS)), dtype=np.int16)
-        for j in range(len(KNOBS) - 1, -1, -1):
+        out = np.empty((len(flat), len(self.choices)), dtype=np.int16)
+        for j in range(len(self.choices) - 1, -1, -1):
             options = np.array(self.choices[j], dtype=np.int16)
             flat, digit = np.divmod(flat, len(options))
             out[:, j] = options[digit]
         return out
 
 
-def _folders(extra: Path | None) -> list[Path]:
-    return [f for f in (extra, PROFILE_DIR) if f is not None and f.is_dir()]
+def _folders(folders: tuple[Path | None, ...]) -> list[Path]:
+    return [f for f in folders if f is not None and f.is_dir()]
 
 
-def profile_names(extra: Path | None = None) -> list[str]:
-    """Names of the profiles in ``extra`` (a workspace's ``studies/``) and the built-in ``studies/``."""
-    return sorted({p.stem for folder in _folders(extra) for p in folder.glob("*.json")})
+def profile_names(*folders: Path | None) -> list[str]:
+    """Names of the profiles in ``folders`` (``WHOLE_SPACE`` is always one)."""
+    return sorted({WHOLE_SPACE} | {p.stem for folder in _folders(folders) for p in folder.glob("*.json")})
 
 
-def load_profile(name: str, extra: Path | None = None) -> Profile:
-    """The profile ``NAME.json`` from ``extra`` or the built-in ``studies/``; :class:`ProfileError` otherwise."""
-    known = ", ".join(profile_names(extra))
+def load_profile(name: str, space: Space, *folders: Path | None) -> Profile:
+    """The profile ``NAME.json`` of ``space`` from the first of ``folders`` that holds it; :class:`ProfileError` otherwise."""
+    known = ", ".join(profile_names(*folders))
     try:
         check_name(name, "profile")
     except WorkspaceError as exc:
         raise ProfileError(f"{exc}; known profiles: {known}") from None
-    path = next((folder / f"{name}.json" for folder in _folders(extra) if (folder / f"{name}.json").is_file()), None)
+    if name == WHOLE_SPACE:
+        return Profile(name, "every value of every knob", tuple(tuple(range(k.size)) for k in space.knobs))
+    path = next((folder / f"{name}.json" for folder in _folders(folders) if (folder / f"{name}.json").is_file()), None)
     if path is None or not path.resolve().is_relative_to(path.parent.resolve()):
         raise ProfileError(f"unknown profile {name!r}; known profiles: {known}")
     try:
@@ -92,20 +400,20 @@ def load_profile(name: str, extra: Path | None = None) -> Profile:
     except json.JSONDecodeError as exc:
         raise ProfileError(f"profile {name!r} is not valid JSON: {exc.msg}") from None
     knobs = data.get("knobs") if isinstance(data, dict) else None
-    if not isinstance(knobs, dict) or set(knobs) != set(KNOB_NAMES):
-        missing = sorted(set(KNOB_NAMES) - set(knobs or {}))
-        unknown = sorted(set(knobs or {}) - set(KNOB_NAMES))
+    if not isinstance(knobs, dict) or set(knobs) != set(space.names):
+        missing = sorted(set(space.names) - set(knobs or {}))
+        unknown = sorted(set(knobs or {}) - set(space.names))
         raise ProfileError(f"profile {name!r} must list every knob (missing: {missing}, unknown: {unknown})")
     choices = []
-    for knob_name in KNOB_NAMES:
-        values = knobs[knob_name]
+    for knob in space.knobs:
+        values = knobs[knob.name]
         if not isinstance(values, list) or not values:
-            raise ProfileError(f"profile {name!r}: knob {knob_name!r} needs a non-empty list of values")
+            raise ProfileError(f"profile {name!r}: knob {knob.name!r} needs a non-empty list of values")
         try:
-            indices = tuple(BY_NAME[knob_name].index(v) for v in values)
+            indices = tuple(knob.index(v) for v in values)
         except ValueError as exc:
             raise ProfileError(f"profile {name!r}: {exc}") from None
         if len(set(indices)) != len(indices):
-            raise ProfileError(f"profile {name!r}: knob {knob_name!r} repeats a value")
+            raise ProfileError(f"profile {name!r}: knob {knob.name!r} repeats a value")
         choices.append(indices)
     return Profile(name=name, description=str(data.get("description", "")), choices=tuple(choices))

@@ -15,8 +15,6 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tuner.plan import Plan, PlanError, load_plan, validate_plan
-
 PLAN_FILE = "kernel_plan.json"
 FIXTURE_DIRS = ("fixtures", ".harnessgym/fixtures")
 SERVER_DIR = ".harnessgym/mcp/tensor-plan-server"           # the MCP server's manifest and launcher
@@ -83,12 +81,16 @@ class Workspace:
             raise WorkspaceError(f"fixture {name!r} is not valid JSON: {exc.msg}") from None
         return data if isinstance(data, dict) and "plan" in data else {"name": name, "plan": data}
 
-    def current_plan(self) -> Plan:
+    def current_plan(self) -> dict[str, Any]:
+        from tuner.plan import load_plan  # the tensor plan's catalogue, loaded only where a plan is read
+
         return load_plan(self.plan_path)
 
-    def resolve_plan(self, ref: str | dict[str, Any] | None) -> tuple[Plan, str]:
+    def resolve_plan(self, ref: str | dict[str, Any] | None) -> tuple[dict[str, Any], str]:
         """A plan and a label from a reference: ``None`` (the current plan), a plan object, a fixture
         name, or a JSON file inside the workspace."""
+        from tuner.plan import load_plan, validate_plan
+
         if ref is None:
             return self.current_plan(), PLAN_FILE
         if isinstance(ref, dict):
@@ -130,5 +132,5 @@ def atomic_write(path: Path, text: str) -> None:
         os.close(directory)
 
 
-__all__ = ["MANIFEST", "PLAN_FILE", "RESULT_PATH", "SERVER_DIR", "TELEMETRY", "PlanError", "Workspace", "WorkspaceError",
+__all__ = ["MANIFEST", "PLAN_FILE", "RESULT_PATH", "SERVER_DIR", "TELEMETRY", "Workspace", "WorkspaceError",
            "atomic_write", "check_name"]

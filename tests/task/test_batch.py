@@ -5,8 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tuner.knobs import KNOBS
-from tuner.plan import decode, encode
+from tuner.plan import KNOBS, decode, encode
 from tuner.task.benchmark import benchmark_report, score_batch
 
 

@@ -9,7 +9,7 @@ import sys
 import pytest
 from conftest import ROOT
 
-from tuner.knobs import KNOB_NAMES
+from tuner.plan import KNOB_NAMES
 
 KEYS = {"mode", "best_cycles", "correct", "max_abs", "tolerance", "feasible", "plan_hash", "cases"}
 

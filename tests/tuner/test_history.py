@@ -15,7 +15,7 @@ import optuna
 from conftest import ROOT
 
 from tuner.history import History, Row, TrialRecord
-from tuner.plan import encode, plan_hash
+from tuner.plan import SPACE, encode, plan_hash
 
 
 def tuner(workspace, *args, **kw):
@@ -28,7 +28,7 @@ def test_cache_and_trials_round_trip(tmp_path, iteration2):
     idx = encode(iteration2)
     study = history.study("s")
     history.write("obj", "dev", [Row(plan_hash(iteration2), 123.0, True, 1e-5, idx)], study._study_id,
-                  [TrialRecord(idx, 123.0, {"phase": "t"}), TrialRecord(idx, None, {"phase": "p"})])
+                  [TrialRecord(idx, 123.0, {"phase": "t"}), TrialRecord(idx, None, {"phase": "p"})], space=SPACE)
     assert history.cached("obj", "dev")[plan_hash(iteration2)].cycles == 123.0
     assert history.cached("obj", "final") == {}
     trials = optuna.load_study(study_name="s", storage=history.storage).get_trials()
@@ -140,7 +140,7 @@ def test_timestamps_and_values_survive_for_the_dashboard(tmp_path, iteration2):
     history = History(f"sqlite:///{tmp_path / 'h.db'}")
     study = history.study("x")
     idx = np.stack([encode(iteration2)] * 3)
-    history.write("o", "dev", [], study._study_id, [TrialRecord(r, float(i), {}) for i, r in enumerate(idx)])
+    history.write("o", "dev", [], study._study_id, [TrialRecord(r, float(i), {}) for i, r in enumerate(idx)], space=SPACE)
     trials = history.trials("x")
     assert all(t.datetime_start is not None and t.datetime_complete is not None for t in trials)
     assert [t.value for t in trials] == [0.0, 1.0, 2.0]

@@ -5,12 +5,15 @@ from __future__ import annotations
 import numpy as np
 
 from tuner.history import History
-from tuner.knobs import KNOBS, POSITION
-from tuner.objectives import BuiltinObjective
-from tuner.plan import encode
+from tuner.objectives.builtin import BuiltinObjective
+from tuner.plan import KNOBS, SPACE, encode
 from tuner.search import Search, Spec
+from tuner.space import space_from_t1
 from tuner.strategies.checkpoint import climb
-from tuner.strategies.neighbourhood import COUPLED, coupled, repairs, singles
+from tuner.strategies.interactions import learn
+from tuner.strategies.neighbourhood import coupled, repairs, singles
+
+POSITION = SPACE.position
 
 OBJECTIVE = BuiltinObjective()
 
@@ -35,15 +38,16 @@ def _dev(rows: np.ndarray) -> np.ndarray:
 
 
 def _best_single(center: np.ndarray) -> float:
-    return float(_dev(singles(center)).min())
+    return float(_dev(singles(SPACE, center)).min())
 
 
 def test_coupled_moves_stay_inside_one_group_and_change_two_knobs():
     center = encode(SCRATCHPAD_TRAP)
-    moves = coupled(center)
+    pairs = (("schedule", "num_warps"), ("block_k", "dma_burst"))
+    moves = coupled(SPACE, center, tuple(tuple(POSITION[n] for n in pair) for pair in pairs))
     changed = moves != center
     assert (changed.sum(axis=1) >= 2).all()
-    groups = [{POSITION[name] for name in group} for group in COUPLED]
+    groups = [{POSITION[name] for name in group} for group in pairs]
     assert all(any(set(np.flatnonzero(row)) <= g for g in groups) for row in changed)
     regime = [POSITION["schedule"], POSITION["num_warps"]]
     joint = {tuple(row[regime]) for row in moves if set(np.flatnonzero(row != center)) == set(regime)}
@@ -52,10 +56,10 @@ def test_coupled_moves_stay_inside_one_group_and_change_two_knobs():
 
 def test_repairs_make_infeasible_moves_feasible_with_one_more_change():
     center = encode(SCRATCHPAD_TRAP)
-    moves = singles(center)
+    moves = singles(SPACE, center)
     infeasible = moves[~OBJECTIVE.feasible(moves)]
     assert len(infeasible)
-    fixed = repairs(center, moves, OBJECTIVE.feasible)
+    fixed = repairs(SPACE, center, moves, OBJECTIVE.feasible)
     assert len(fixed) and OBJECTIVE.feasible(fixed).all()
     for row in fixed:                                   # an infeasible single plus exactly one more knob
         assert any((row != move).sum() == 1 and (move != center).sum() == 1 for move in infeasible)
@@ -65,10 +69,15 @@ def test_repairs_make_infeasible_moves_feasible_with_one_more_change():
     assert any((row == smaller).all() for row in fixed)
 
 
-def _climbed(tmp_path, plan: dict) -> float:
-    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), OBJECTIVE, Spec(strategy="checkpoint", max_evals=400, seed=0))
+def _climbed(tmp_path, plan: dict, explored: int = 0) -> float:
+    """Where the climb's steps from ``plan`` end, after ``explored`` random evaluations taught the search its space."""
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), OBJECTIVE, Spec(strategy="checkpoint", mode="dev", max_evals=400 + explored,
+                                                                              seed=0))
+    rng = np.random.default_rng(0)
+    random = np.stack([rng.integers(0, size, 4 * explored) for size in SPACE.sizes], axis=1).astype(np.int16)
+    search.evaluate(random[OBJECTIVE.feasible(random)][:explored])
     assert climb(search, encode(plan), phases=()) == "converged"
-    return search.best.cycles
+    return search.best.value                            # random configurations are far worse than the traps
 
 
 def test_steps_escape_a_trap_that_needs_a_repaired_move(tmp_path):
@@ -78,8 +87,25 @@ def test_steps_escape_a_trap_that_needs_a_repaired_move(tmp_path):
     assert _climbed(tmp_path, SCRATCHPAD_TRAP) < 0.96 * start
 
 
-def test_steps_escape_a_trap_that_needs_a_joint_move(tmp_path):
+def test_a_pair_that_pays_only_together_is_learned_from_evaluations():
+    toy = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": f"k{j}", "Values": [1, 2, 3, 4]} for j in range(6)]}})
+    rng = np.random.default_rng(0)
+    idx = np.stack([rng.integers(0, 4, 300) for _ in range(6)], axis=1).astype(np.int16)
+    together = (idx[:, 2] == 3) & (idx[:, 4] == 3)                  # k2 = 4 and k4 = 4 pay only together
+    values = np.exp(0.2 * idx[:, 0] + 0.1 * idx[:, 1] + 0.3 * (idx[:, 2] + idx[:, 4]) - 2.5 * together)
+    values[idx[:, 5] == 0] = np.inf                                  # failures are left out of the fit
+    model = learn(toy, idx, values)
+    assert model.pairs[0] == (2, 4)
+    best = toy.encode({"k0": 1, "k1": 1, "k2": 4, "k3": 1, "k4": 4, "k5": 2})
+    near = best.copy()
+    near[4] = 2
+    assert model.predict(best[None])[0] < model.predict(near[None])[0]
+    assert model.failure(idx[idx[:, 5] == 0]).min() > model.failure(idx[idx[:, 5] > 0]).max()
+    assert learn(toy, idx[:10], values[:10]).pairs == ()             # too little to learn anything
+
+
+def test_steps_escape_a_trap_that_needs_a_joint_move_once_the_pair_is_learned(tmp_path):
     center = encode(REGIME_TRAP)
     start = float(_dev(center[None])[0])
     assert _best_single(center) >= start
-    assert _climbed(tmp_path, REGIME_TRAP) < 0.9 * start
+    assert _climbed(tmp_path, REGIME_TRAP, explored=500) < 0.9 * start

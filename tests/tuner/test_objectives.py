@@ -5,9 +5,10 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from tuner.knobs import KNOBS
-from tuner.objectives import BuiltinObjective, CommandObjective, ObjectiveError
-from tuner.plan import encode
+from tuner.objectives import ObjectiveError
+from tuner.objectives.builtin import BuiltinObjective
+from tuner.objectives.command import CommandObjective
+from tuner.plan import KNOBS, encode
 
 
 def test_command_objective_agrees_with_builtin(workspace, attempt1, iteration2, baseline):

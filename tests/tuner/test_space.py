@@ -8,13 +8,13 @@ import numpy as np
 import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
-from tuner.knobs import KNOBS
-from tuner.space import DISTRIBUTIONS, ProfileError, from_params, load_profile, profile_names, to_params
+from tuner.plan import KNOBS, PROFILE_DIR, SPACE
+from tuner.space import ProfileError, load_profile, profile_names
 
 
 def test_every_knob_is_a_distribution_with_order_where_it_matters():
     for knob in KNOBS:
-        dist = DISTRIBUTIONS[knob.name]
+        dist = SPACE.distributions[knob.name]
         if knob.kind == "ordinal":
             assert isinstance(dist, IntDistribution) and (dist.low, dist.high) == (0, knob.size - 1)
         else:
@@ -25,12 +25,12 @@ def test_params_round_trip(iteration2):
     from tuner.plan import encode
 
     idx = encode(iteration2)
-    assert np.array_equal(from_params(to_params(idx)), idx)
+    assert np.array_equal(SPACE.from_params(SPACE.to_params(idx)), idx)
 
 
 @pytest.mark.parametrize(("name", "size"), [("iteration3_dev_core", 1_814_400), ("iteration3_layout_relaxed", 1_990_656)])
 def test_profiles_have_the_seed_sizes_and_enumerate_by_index(name, size):
-    profile = load_profile(name)
+    profile = load_profile(name, SPACE, PROFILE_DIR)
     assert profile.size == size
     head, tail = profile.plans(0, 1000), profile.plans(size - 1000, size + 50)
     assert len(tail) == 1000
@@ -47,23 +47,23 @@ def test_iteration2_lies_in_both_profiles(iteration2):
 
     idx = encode(iteration2)
     for name in ("iteration3_dev_core", "iteration3_layout_relaxed"):
-        assert all(int(v) in allowed for v, allowed in zip(idx, load_profile(name).choices, strict=True)), name
+        assert all(int(v) in allowed for v, allowed in zip(idx, load_profile(name, SPACE, PROFILE_DIR).choices, strict=True)), name
 
 
 def test_a_user_adds_a_profile_by_adding_a_file(tmp_path, iteration2):
     knobs = {k: [v] for k, v in iteration2.items()} | {"block_m": [32, 48, 64], "num_warps": [4, 6, 8]}
     (tmp_path / "tiny.json").write_text(json.dumps({"description": "nine plans", "knobs": knobs}))
     assert "tiny" in profile_names(tmp_path)
-    assert load_profile("tiny", tmp_path).size == 9
+    assert load_profile("tiny", SPACE, tmp_path).size == 9
 
 
 @pytest.mark.parametrize("name", ["../fixtures/baseline_row_major", "/etc/passwd", "nope", "", "a/b"])
 def test_bad_profile_names_are_refused(name):
     with pytest.raises(ProfileError, match="profile"):
-        load_profile(name)
+        load_profile(name, SPACE, PROFILE_DIR)
 
 
 def test_malformed_profile_names_the_problem(tmp_path):
     (tmp_path / "broken.json").write_text(json.dumps({"knobs": {"block_m": [50]}}))
     with pytest.raises(ProfileError, match="every knob"):
-        load_profile("broken", tmp_path)
+        load_profile("broken", SPACE, tmp_path)

@@ -9,8 +9,9 @@ import pytest
 
 from tuner import service
 from tuner.history import History
-from tuner.objectives import BuiltinObjective, Evaluations
-from tuner.plan import encode
+from tuner.objectives import Evaluations
+from tuner.objectives.builtin import BuiltinObjective
+from tuner.plan import SPACE, encode
 from tuner.search import Search, Spec
 from tuner.space import load_profile
 from tuner.strategies import STRATEGIES
@@ -36,26 +37,26 @@ def _run(tmp_path, spec, objective=None):
 
 @pytest.mark.parametrize("strategy", ["quick", "focused", "checkpoint"])
 def test_budget_feasibility_and_cache(tmp_path, strategy, attempt1):
-    spec = Spec(strategy=strategy, max_evals=120, seed=1, start=tuple(int(v) for v in encode(attempt1)))
+    spec = Spec(strategy=strategy, mode="dev", max_evals=120, seed=1, start=tuple(int(v) for v in encode(attempt1)))
     outcome, spy = _run(tmp_path, spec)
     scored = np.concatenate(spy.scored)
     assert outcome.evaluations == len(scored) <= 120
     assert spy.feasible(scored).all()                                   # nothing cheaply infeasible was scored
     assert len({row.tobytes() for row in scored}) == len(scored)        # nothing scored twice
-    assert outcome.best is not None and outcome.best.cycles < float("inf")
+    assert outcome.best is not None and outcome.best.value < float("inf")
     again, spy2 = _run(tmp_path, spec)                                  # same search again: resumes, nothing new
     assert again.new_evaluations == 0 and not spy2.scored
 
 
 def test_other_searches_reuse_the_cache(tmp_path, attempt1):
     start = tuple(int(v) for v in encode(attempt1))
-    _run(tmp_path, Spec(strategy="checkpoint", max_evals=200, start=start, seed=0))
-    outcome, _ = _run(tmp_path, Spec(strategy="checkpoint", max_evals=200, start=start, seed=9))
+    _run(tmp_path, Spec(strategy="checkpoint", mode="dev", max_evals=200, start=start, seed=0))
+    outcome, _ = _run(tmp_path, Spec(strategy="checkpoint", mode="dev", max_evals=200, start=start, seed=9))
     assert outcome.cached > 0
 
 
 def test_time_budget_stops_a_search(tmp_path):
-    outcome, _ = _run(tmp_path, Spec(strategy="quick", max_evals=100_000, time_s=1.0, seed=2))
+    outcome, _ = _run(tmp_path, Spec(strategy="quick", mode="dev", max_evals=100_000, time_s=1.0, seed=2))
     assert outcome.stopped == "time budget" and outcome.evaluations < 100_000
 
 
@@ -63,7 +64,7 @@ def test_checkpoint_from_attempt1_reaches_iteration2_within_300_evaluations(ctx,
     result = service.local_neighborhood_search(ctx, fixture="tensor_plan_attempt1_best", max_evals=300, include_final=True)
     reference = service.run_objective(ctx, "dev", "tensor_plan_iteration2_neighborhood_best")["best_cycles"]
     assert result["evaluations"] <= 300
-    assert result["best"]["cycles"] <= reference
+    assert result["best"]["dev"] <= reference
     assert result["best"]["final_correct"] is True
 
 
@@ -72,14 +73,14 @@ def test_exhaustive_finds_the_true_optimum_of_a_small_profile(workspace, ctx, it
                                                         "num_warps": [4, 6, 8], "scratchpad_kb": [96, 128, 160]}
     (workspace / "studies" / "tiny.json").write_text(json.dumps({"description": "108 plans", "knobs": knobs}))
     result = service.bounded_exhaustive_search(ctx, "tiny", include_final=True)
-    profile = load_profile("tiny", workspace / "studies")
+    profile = load_profile("tiny", SPACE, workspace / "studies")
     idx = profile.plans(0, profile.size)
     objective = BuiltinObjective()
     evaluated = objective.evaluate(idx, "dev")
     values = np.where(evaluated.correct, evaluated.cycles, np.inf)
     assert result["profile_size"] == 108 and result["evaluations"] == 108
-    assert result["best"]["cycles"] == values.min()
-    assert result["best"]["final_correct"] is True and result["best"]["final_cycles"] > 0
+    assert result["best"]["dev"] == values.min()
+    assert result["best"]["final_correct"] is True and result["best"]["final"] > 0
     again = service.bounded_exhaustive_search(ctx, "tiny")
     assert again["new_evaluations"] == 0 and again["best"]["plan_hash"] == result["best"]["plan_hash"]
 
@@ -96,7 +97,7 @@ def test_a_seed_fixes_the_whole_search(tmp_path, strategy, attempt1):
     start = tuple(int(v) for v in encode(attempt1))
 
     def sequence(name: str, seed: int) -> list[tuple]:
-        spec = Spec(strategy=strategy, max_evals=150, seed=seed, start=start)
+        spec = Spec(strategy=strategy, mode="dev", max_evals=150, seed=seed, start=start)
         history = History(f"sqlite:///{tmp_path / name}.db")
         outcome = STRATEGIES[strategy](Search(history, BuiltinObjective(), spec))
         trials = history.trials(outcome.study_name)

@@ -1,13 +1,14 @@
-"""Objectives: what the engine scores plans with. One interface, two implementations.
+"""Objectives: what the engine scores configurations with. One interface, three implementations.
 
-``builtin``: this repository's vectorized task (millions of plans per second).
-``command``: any workspace's own ``benchmark.py --json --mode M``, run in a private copy.
+``builtin`` (:mod:`.builtin`): this repository's vectorized task (millions of plans per second).
+``command`` (:mod:`.command`): any workspace's own ``benchmark.py --json --mode M``, run in a private copy.
+``cache`` (:mod:`.cache`): measurements already made on a real GPU (a Kernel Tuner cache or a T4 results file).
+
+The package exports the interface only, so the engine that imports it imports no task.
 """
 
 from __future__ import annotations
 
-from tuner.objectives.base import Evaluations, Objective
-from tuner.objectives.builtin import BuiltinObjective
-from tuner.objectives.command import CommandObjective, ObjectiveError
+from tuner.objectives.base import Evaluations, Objective, ObjectiveError
 
-__all__ = ["BuiltinObjective", "CommandObjective", "Evaluations", "Objective", "ObjectiveError"]
+__all__ = ["Evaluations", "Objective", "ObjectiveError"]

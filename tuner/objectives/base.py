@@ -1,47 +1,60 @@
-"""The objective interface: score index-encoded plans in a mode (``best_cycles``, lower is better)."""
+"""The objective interface: score index-encoded configurations in a mode (lower is better)."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, Protocol
 
 import numpy as np
 
+from tuner.space import Space
+
 
 @dataclass
 class Evaluations:
-    """Results for a batch of plans (aligned arrays).
+    """Results for a batch of configurations (aligned arrays).
 
-    ``cycles`` is ``best_cycles`` (``inf`` where infeasible); ``correct`` is ``max_abs <= 2.5e-4``
-    in this mode (``False`` where infeasible); ``max_abs`` is ``nan`` where infeasible.
+    ``cycles`` is the value (``best_cycles`` of a plan, a measured time in ms...; ``inf`` where
+    infeasible); ``correct`` is whether the result passed the problem's check (``False`` where
+    infeasible); ``max_abs`` is the numeric error, ``nan`` where unknown; ``reasons`` says why a
+    configuration is infeasible, where the objective knows (``None`` elsewhere).
     """
 
     cycles: np.ndarray
     correct: np.ndarray
     max_abs: np.ndarray
+    reasons: list[str | None] = field(default_factory=list)
 
     @property
     def feasible(self) -> np.ndarray:
         return np.isfinite(self.cycles)
 
 
+class ObjectiveError(RuntimeError):
+    """The objective could not score a configuration (its message says why)."""
+
+
 class Objective(Protocol):
-    """Scores plans. ``name`` identifies it in the history cache (it changes when the scorer does)."""
+    """Scores configurations of ``space``. ``name`` identifies it in the history cache (it changes when
+    the scorer does); ``modes`` are its modes, the first the search objective and a second, where
+    there is one, the held-out authority the gate checks."""
 
     name: str
+    space: Space
+    modes: tuple[str, ...]
 
     def feasible(self, idx: np.ndarray) -> np.ndarray:
-        """Cheap feasibility (bool per plan) known without scoring; ``True`` where unknown."""
+        """Cheap feasibility (bool per configuration) known without scoring; ``True`` where unknown."""
         ...
 
     def cycles(self, idx: np.ndarray, mode: str) -> np.ndarray:
-        """``best_cycles`` only (float64, ``inf`` where infeasible): the fast path of big sweeps."""
+        """Values only (float64, ``inf`` where infeasible): the fast path of big sweeps."""
         ...
 
     def evaluate(self, idx: np.ndarray, mode: str) -> Evaluations:
-        """Cycles and correctness of each plan."""
+        """Values and correctness of each configuration."""
         ...
 
     def report(self, plan: dict[str, Any], mode: str) -> dict[str, Any]:
-        """The full ``benchmark.py --json`` object of one plan."""
+        """The full report of one configuration (for the tensor plan: ``benchmark.py --json``)."""
         ...

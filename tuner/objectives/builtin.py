@@ -10,10 +10,10 @@ from typing import Any
 import numpy as np
 
 from tuner.objectives.base import Evaluations
-from tuner.plan import Plan, decode
+from tuner.plan import SPACE, Plan, decode
 from tuner.task.benchmark import benchmark_report, score_batch
 from tuner.task.cycles import feasible
-from tuner.task.suites import suite
+from tuner.task.suites import MODES, suite
 from tuner.task.verifier import TOLERANCE, verify
 
 
@@ -28,6 +28,9 @@ def _task_version() -> str:
 
 class BuiltinObjective:
     """Scores plans with :mod:`tuner.task` (dev: fast objective, final: held-out authority)."""
+
+    space = SPACE
+    modes = MODES
 
     def __init__(self) -> None:
         self.name = f"builtin:{_task_version()}"

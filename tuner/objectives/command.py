@@ -17,18 +17,18 @@ from typing import Any
 
 import numpy as np
 
-from tuner.objectives.base import Evaluations
-from tuner.plan import decode, plan_json
+from tuner.objectives.base import Evaluations, ObjectiveError
+from tuner.plan import SPACE, decode, plan_json
+from tuner.task.suites import MODES
 
 _IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.db", "*.db-*", "studies", ".pytest_cache")
 
 
-class ObjectiveError(RuntimeError):
-    """The workspace's benchmark could not score a plan (its message says why)."""
-
-
 class CommandObjective:
     """Scores plans by running ``python benchmark.py --json --mode M`` of ``workspace``."""
+
+    space = SPACE
+    modes = MODES
 
     def __init__(self, workspace: str | Path, python: str = sys.executable, timeout_s: float = 120.0) -> None:
         self._copy: Path | None = None

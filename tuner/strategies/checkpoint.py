@@ -1,40 +1,69 @@
 """``checkpoint``: local search around a plan or fixture.
 
-Each round first takes steps: the neighbours of the current plan in a seeded random order, the
-nearest first (ordinal knobs one step), then every single mutation, the joint moves of coupled
-knobs and the infeasible moves made feasible by one more change (:mod:`.neighbourhood`), a few at
-a time, moving at the first improvement. When no step improves, the wider ``phases`` follow: pairs
-of the most promising singles (second-order steps, cheap), all pairs (ordinal knobs one step), then
-a bounded +-1 grid over the tile, warp, DMA and scratchpad knobs. The best improving move becomes
-the current plan and the round starts again; it stops when no neighbour improves.
+Each round first takes steps: the neighbours of the current configuration in a seeded random
+order, the nearest first (ordinal knobs one step), then every single mutation, the joint moves of
+the knob pairs the search's own evaluations show to interact most (:mod:`.interactions`) and the
+infeasible moves made feasible by one more change (:mod:`.neighbourhood`), a few at a time, moving
+at the first improvement. When no step improves, the wider ``phases`` follow: pairs of the most
+promising singles (second-order steps, cheap), all pairs (ordinal knobs one step), then a bounded
++-1 grid over the ordinal knobs with the largest learned effects. The best improving move becomes
+the current configuration and the round starts again; it stops when no neighbour improves.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import numpy as np
 
 from tuner.search import Outcome, Search
+from tuner.strategies.interactions import learned
 from tuner.strategies.neighbourhood import combined, coupled, grid, pairs, repairs, singles
 
 PHASES = ("combined", "pair", "grid")
 STEP_BATCH = 4                      # neighbours scored per step; the first improvement among them is taken
+COUPLED_PAIRS = 5                   # learned interacting pairs whose joint moves are steps
+MODEL_ORDER = True
+LIKELY_TO_FAIL = 0.5                # a predicted failure chance above this moves a neighbour to the end
+PREDICTED_STEPS = 4                 # joint moves the learned model predicts best, tried right after the nearest singles
+GRID_KNOBS = 7                      # ordinal knobs the grid spans (3**7 = 2187 configurations at most)
 
 
-def step_neighbours(center: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray], rng: np.random.Generator) -> np.ndarray:
-    """The feasible step neighbourhood of ``center``, shuffled: nearest singles first, then the rest."""
-    near = singles(center, near=True)
-    moves = np.concatenate([singles(center), coupled(center)])
-    rest = np.concatenate([moves, repairs(center, moves, feasible)])
+def step_neighbours(search: Search, center: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The feasible step neighbourhood of ``center``: nearest singles first (shuffled), then the joint
+    moves of learned pairs that the model predicts best, then the rest (shuffled)."""
+    space, feasible, model = search.space, search.objective.feasible, learned(search)
+    near = singles(space, center, near=True)
+    joint = coupled(space, center, model.pairs[:COUPLED_PAIRS])
+    joint = joint[feasible(joint)]
+    promising = joint[np.argsort(model.predict(joint), kind="stable")[:PREDICTED_STEPS]]
+    moves = np.concatenate([singles(space, center), joint])
+    rest = np.concatenate([moves, repairs(space, center, moves, feasible)])
     near, rest = near[feasible(near)], rest[feasible(rest)]
-    return np.concatenate([near[rng.permutation(len(near))], rest[rng.permutation(len(rest))]])
+    ordered = np.concatenate([near[rng.permutation(len(near))], promising, rest[rng.permutation(len(rest))]])
+    if MODEL_ORDER:
+        ordered = _round_robin(center, ordered, model.predict(ordered))
+    likely_to_fail = model.failure(ordered) > LIKELY_TO_FAIL
+    return ordered[np.argsort(likely_to_fail, kind="stable")]       # the moves the evaluations say will fail, last
+
+
+def _round_robin(center: np.ndarray, moves: np.ndarray, predicted: np.ndarray) -> np.ndarray:
+    """``moves`` taken in turns across the knobs (or knob pairs) they change, each group's moves best
+    predicted first: every knob gets its best move tried before any knob gets its second."""
+    if not len(moves):
+        return moves
+    changed = moves != center
+    group = np.unique(changed, axis=0, return_inverse=True)[1].ravel()
+    order = np.lexsort((predicted, group))
+    rank = np.empty(len(moves), dtype=np.int64)
+    starts = np.r_[0, np.flatnonzero(np.diff(group[order])) + 1]
+    sizes = np.diff(np.r_[starts, len(order)])
+    rank[order] = np.arange(len(order)) - np.repeat(starts, sizes)
+    return moves[np.lexsort((predicted, rank))]
 
 
 def _steps(search: Search, current: np.ndarray, value: float, rng: np.random.Generator) -> tuple[np.ndarray, float]:
     """First-improvement steps through the step neighbourhood until none improves (or a budget ends)."""
     while search.stop_reason() is None:
-        candidates = step_neighbours(current, search.objective.feasible, rng)
+        candidates = step_neighbours(search, current, rng)
         for start in range(0, len(candidates), STEP_BATCH):
             batch = candidates[start:start + STEP_BATCH]
             values = search.evaluate(batch, {"phase": "step"})
@@ -50,11 +79,14 @@ def _steps(search: Search, current: np.ndarray, value: float, rng: np.random.Gen
 
 
 def _wider(phase: str, current: np.ndarray, search: Search) -> np.ndarray:
+    space = search.space
     if phase == "combined":                         # the singles' values are in the cache after the steps
-        moves = singles(current)
+        moves = singles(space, current)
         moves = moves[search.objective.feasible(moves)]
         return combined(current, moves, search.evaluate(moves, {"phase": phase}))
-    return pairs(current) if phase == "pair" else grid(current)
+    if phase == "pair":
+        return pairs(space, current)
+    return grid(space, current, learned(search).top_knobs(space, GRID_KNOBS))
 
 
 def climb(search: Search, start: np.ndarray, phases: tuple[str, ...] = PHASES) -> str:

@@ -11,8 +11,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from tuner.search import Candidate, Outcome, Search
-from tuner.space import load_profile
+from tuner.search import Candidate, Outcome, Search, number
 
 CHUNK = 1 << 18
 KEEP = 64
@@ -20,7 +19,9 @@ FINALISTS = 16
 
 
 def run(search: Search) -> Outcome:
-    profile = search.spec.profile if search.spec.profile is not None else load_profile(search.spec.target.removeprefix("profile:"))
+    profile = search.spec.profile
+    if profile is None:
+        raise ValueError("exhaustive needs a profile")
     state = search.progress_state or {"profile": profile.name, "size": profile.size, "done": 0, "best": []}
     best = {tuple(b["idx"]): b["cycles"] for b in state["best"]}
     done = state["done"]
@@ -31,6 +32,7 @@ def run(search: Search) -> Outcome:
             break
         idx = profile.plans(done, done + min(CHUNK, search.remaining))
         cycles = search.objective.cycles(idx, search.spec.mode)
+        cycles[~search.space.allowed(idx)] = np.inf                 # restrictions; the objective knows the rest
         keep = np.argsort(cycles, kind="stable")[:KEEP]
         best.update({tuple(int(v) for v in idx[k]): float(cycles[k]) for k in keep if np.isfinite(cycles[k])})
         best = dict(sorted(best.items(), key=lambda item: item[1])[:KEEP])
@@ -38,7 +40,7 @@ def run(search: Search) -> Outcome:
         search.evaluations += len(idx)
         state = {"profile": profile.name, "size": profile.size, "done": done,
                  "best": [{"idx": list(k), "cycles": v} for k, v in best.items()]}
-        search.report(done, profile.size, f"best {int(min(best.values())) if best else '-'}")
+        search.report(done, profile.size, f"best {number(min(best.values())) if best else '-'}")
         search.flush(state)
     finalists = np.array(list(best), dtype=np.int16).reshape(-1, len(profile.choices))
     values = search.evaluate(finalists, {"phase": "finalist", "profile": profile.name}, counted=False) if len(finalists) else []

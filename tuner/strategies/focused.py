@@ -1,27 +1,28 @@
 """``focused``: a deterministic sweep around the best region found.
 
-The center is the best correct plan the history holds for this objective (or the given start).
-The sweep scores the +-1 grid over every ordinal knob (nearest first), then every single change
-of a nominal knob; when it finds a better plan it re-centres and sweeps again.
+The center is the best correct configuration the history holds for this objective (or the given
+start). The sweep scores the +-1 grid over the ordinal knobs with the largest learned effects
+(nearest first), then every single change of a nominal knob; when it finds a better configuration
+it re-centres and sweeps again.
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tuner.knobs import KNOBS
 from tuner.search import Outcome, Search
+from tuner.strategies.interactions import learned
 from tuner.strategies.neighbourhood import grid, singles
 
-ORDINAL = tuple(i for i, k in enumerate(KNOBS) if k.kind == "ordinal")
-NOMINAL = tuple(i for i, k in enumerate(KNOBS) if k.kind == "nominal")
 BATCH = 4096
+GRID_KNOBS = 10                     # ordinal knobs the sweep's grid spans (3**10 = 59049 configurations at most)
 
 
-def _sweep(center: np.ndarray) -> np.ndarray:
-    flips = singles(center)
-    nominal = flips[(flips != center)[:, NOMINAL].any(axis=1)]
-    return np.concatenate([grid(center, ORDINAL), nominal])
+def _sweep(search: Search, center: np.ndarray) -> np.ndarray:
+    space = search.space
+    flips = singles(space, center)
+    nominal = flips[(flips != center)[:, ~space.ordinal].any(axis=1)]
+    return np.concatenate([grid(space, center, learned(search).top_knobs(space, GRID_KNOBS)), nominal])
 
 
 def run(search: Search) -> Outcome:
@@ -29,7 +30,7 @@ def run(search: Search) -> Outcome:
     value = float(search.evaluate(center[None], {"phase": "center"})[0])
     stopped = None
     while stopped is None:
-        candidates = _sweep(center)
+        candidates = _sweep(search, center)
         candidates = candidates[search.objective.feasible(candidates)]
         improved = False
         for start in range(0, len(candidates), BATCH):

@@ -1,5 +1,6 @@
-"""Neighbourhoods of a plan in index space: single mutations, joint moves of coupled knobs,
-infeasible moves repaired, pairs, and a bounded grid."""
+"""Neighbourhoods of a configuration in index space: single mutations, joint moves of coupled
+knobs, infeasible moves repaired, pairs, and a bounded grid. Every function takes the space; which
+knobs are coupled and which the grid spans is the caller's (learned) choice."""
 
 from __future__ import annotations
 
@@ -8,69 +9,63 @@ from itertools import combinations, product
 
 import numpy as np
 
-from tuner.knobs import KNOBS, POSITION
-
-_SIZES = np.array([k.size for k in KNOBS])
-_ORDINAL = np.array([k.kind == "ordinal" for k in KNOBS])
-GRID_KNOBS = tuple(i for i, k in enumerate(KNOBS) if k.name in
-                   ("block_m", "block_n", "block_k", "num_warps", "dma_stages", "prefetch_distance", "scratchpad_kb"))
-# Knobs that pay only together: split_pipeline splits the warps into a DMA and a math group (it
-# needs 8 warps); a DMA run is block_k or block_n elements wide, so a burst size pays only when
-# the runs it rounds up to change with it.
-COUPLED = (("schedule", "num_warps"), ("block_k", "dma_burst"), ("block_n", "dma_burst"))
+from tuner.space import Space
 
 
-def coupled(center: np.ndarray, groups: tuple[tuple[str, ...], ...] = COUPLED) -> np.ndarray:
-    """Every plan that differs from ``center`` only within one of ``groups``, each knob over all its
-    values: the joint moves of knobs that pay only together."""
+def coupled(space: Space, center: np.ndarray, groups: tuple[tuple[int, ...], ...]) -> np.ndarray:
+    """Every configuration that differs from ``center`` in two or more knobs of one of ``groups`` (knob
+    positions) and nowhere else, each knob over all its values: the joint moves of knobs that pay
+    only together."""
     rows = []
     for group in groups:
-        knobs = [POSITION[name] for name in group]
-        for values in product(*(range(_SIZES[j]) for j in knobs)):
+        knobs = list(group)
+        for values in product(*(range(space.sizes[j]) for j in knobs)):
             row = center.copy()
             row[knobs] = values
             rows.append(row)
+    if not rows:
+        return np.empty((0, len(center)), dtype=np.int16)
     out = np.unique(np.array(rows, dtype=np.int16), axis=0)
     return out[(out != center).sum(axis=1) > 1]
 
 
-def singles(center: np.ndarray, near: bool = False) -> np.ndarray:
-    """Every plan that differs from ``center`` in exactly one knob (catalogue order); with ``near``,
+def singles(space: Space, center: np.ndarray, near: bool = False) -> np.ndarray:
+    """Every configuration that differs from ``center`` in exactly one knob (space order); with ``near``,
     ordinal knobs move one step only."""
     rows = []
-    for j, size in enumerate(_SIZES):
+    for j, size in enumerate(space.sizes):
         for v in range(size):
-            if v != center[j] and not (near and KNOBS[j].kind == "ordinal" and abs(v - int(center[j])) > 1):
+            if v != center[j] and not (near and space.ordinal[j] and abs(v - int(center[j])) > 1):
                 row = center.copy()
                 row[j] = v
                 rows.append(row)
-    return np.array(rows, dtype=np.int16)
+    return np.array(rows, dtype=np.int16).reshape(-1, len(center))
 
 
-def pairs(center: np.ndarray) -> np.ndarray:
-    """Every plan that differs from ``center`` in exactly two knobs; ordinal knobs move one step."""
+def pairs(space: Space, center: np.ndarray) -> np.ndarray:
+    """Every configuration that differs from ``center`` in exactly two knobs; ordinal knobs move one step."""
     steps = []
-    for j, knob in enumerate(KNOBS):
-        values = [center[j] - 1, center[j] + 1] if knob.kind == "ordinal" else range(knob.size)
-        steps.append([v for v in values if 0 <= v < knob.size and v != center[j]])
+    for j, size in enumerate(space.sizes):
+        values = [center[j] - 1, center[j] + 1] if space.ordinal[j] else range(size)
+        steps.append([v for v in values if 0 <= v < size and v != center[j]])
     rows = []
-    for a, b in combinations(range(len(KNOBS)), 2):
+    for a, b in combinations(range(len(center)), 2):
         for va, vb in product(steps[a], steps[b]):
             row = center.copy()
             row[a], row[b] = va, vb
             rows.append(row)
-    return np.array(rows, dtype=np.int16)
+    return np.array(rows, dtype=np.int16).reshape(-1, len(center))
 
 
-def grid(center: np.ndarray, knobs: tuple[int, ...] = GRID_KNOBS) -> np.ndarray:
+def grid(space: Space, center: np.ndarray, knobs: tuple[int, ...]) -> np.ndarray:
     """The +-1-step grid over ``knobs`` around ``center``, nearest first (center excluded)."""
-    axes = [[v for v in (center[j] - 1, center[j], center[j] + 1) if 0 <= v < _SIZES[j]] for j in knobs]
+    axes = [[v for v in (center[j] - 1, center[j], center[j] + 1) if 0 <= v < space.sizes[j]] for j in knobs]
     rows = []
     for values in product(*axes):
         row = center.copy()
         row[list(knobs)] = values
         rows.append(row)
-    out = np.array(rows, dtype=np.int16)
+    out = np.array(rows, dtype=np.int16).reshape(-1, len(center))
     distance = np.abs(out.astype(np.int32) - center).sum(axis=1)
     order = np.argsort(distance, kind="stable")
     return out[order][distance[order] > 0]
@@ -91,22 +86,21 @@ def combined(center: np.ndarray, moves: np.ndarray, values: np.ndarray, keep: in
     return np.array(rows, dtype=np.int16).reshape(-1, len(center))
 
 
-def repairs(center: np.ndarray, moves: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+def repairs(space: Space, center: np.ndarray, moves: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """The ``moves`` from ``center`` that ``feasible`` rules out, each made feasible by the nearest
-    change to one knob it leaves alone (a smaller scratchpad with fewer DMA stages or a shorter
-    block_k, ...): the coupled steps a neighbourhood of feasible moves cannot take. At most the
-    nearest fix per knob."""
+    change to one knob it leaves alone: the coupled steps a neighbourhood of feasible moves cannot
+    take (a smaller buffer needs a shorter tile, say). At most the nearest fix per knob."""
     moves = moves[~feasible(moves)]
     if not len(moves):
         return np.empty((0, len(center)), dtype=np.int16)
-    fixes = [singles(move) for move in moves]
+    fixes = [singles(space, move) for move in moves]
     out = np.concatenate(fixes)
     owner = np.repeat(np.arange(len(moves)), [len(f) for f in fixes])
     knob = np.argmax(out != moves[owner], axis=1)                   # the one knob each fix changes
     untouched = moves[owner, knob] == center[knob]
-    distance = np.where(_ORDINAL[knob], np.abs(out[np.arange(len(out)), knob].astype(np.int64) - center[knob]), 1)
+    distance = np.where(space.ordinal[knob], np.abs(out[np.arange(len(out)), knob].astype(np.int64) - center[knob]), 1)
     ok = untouched & feasible(out)
-    key = owner * len(KNOBS) + knob
-    nearest = np.full(len(moves) * len(KNOBS), np.iinfo(np.int64).max)
+    key = owner * len(center) + knob
+    nearest = np.full(len(moves) * len(center), np.iinfo(np.int64).max)
     np.minimum.at(nearest, key[ok], distance[ok])
     return out[ok & (distance == nearest[key])]

@@ -1,69 +1,164 @@
 """``quick``: Optuna TPE over the whole space (seeded), alternating with local polish.
 
-TPE explores (ordinal knobs as integer indices so it sees their order; nominal knobs
-categorical; infeasible or incorrect plans are told as pruned). Its first trials are stratified
-over the schedule x num_warps regimes, the pair of knobs that interact most (split_pipeline pays
-only with 8 warps), so no regime goes unseen. After each exploration share, the best plans of the
-best ``STARTS`` regimes are polished by the steps of :func:`tuner.strategies.checkpoint.climb`
-(first-improvement moves through singles, coupled and repaired moves, without its wider phases);
-everything the climbs score is told to TPE too, and exploration resumes until the budget is spent.
+TPE explores (ordinal knobs as integer indices so it sees their order; nominal knobs categorical;
+infeasible or incorrect configurations are told as pruned). Its first trials are a space-filling
+design: every value of every knob appears about equally often. After each exploration share, up to
+``STARTS`` of the best configurations that lie apart from one another (distinct basins) are
+polished by the steps of :func:`tuner.strategies.checkpoint.climb` (first-improvement moves through
+singles, the joint moves of pairs the search's own evaluations show to interact, and repaired
+moves, without its wider phases). Everything the climbs score is told to TPE too, and exploration
+resumes until the budget is spent.
+
+TPE's cost per proposal grows with the trials it holds, so it holds a window: past ``WINDOW``
+trials its study is rebuilt from the best and the most recent half-window each.
 """
 
 from __future__ import annotations
-
-from itertools import product
 
 import numpy as np
 import optuna
 from optuna.samplers import TPESampler
 from optuna.trial import TrialState, create_trial
 
-from tuner.knobs import KNOBS, POSITION
-from tuner.plan import decode, plan_hash
 from tuner.search import Outcome, Search
-from tuner.space import DISTRIBUTIONS, from_params, to_params
-from tuner.strategies.checkpoint import climb
+from tuner.space import WHOLE_SPACE, Profile, Space
+from tuner.strategies.checkpoint import LIKELY_TO_FAIL, climb
+from tuner.strategies.interactions import learned
+from tuner.strategies.neighbourhood import singles
 
 FIRST_EXPLORATION = 0.25           # share of the budget TPE explores before the first polish
 LATER_EXPLORATION = 0.1            # share between later polishes
-STARTUP_TRIALS = 20
-EI_CANDIDATES = 8                  # fewer than Optuna's 24: cheaper asks, and no worse on this space (perf/tuner_speed.py)
-REGIME = (POSITION["schedule"], POSITION["num_warps"])
+STARTUP_TRIALS = 20                # the space-filling design, before TPE's model
+EI_CANDIDATES = 8                  # fewer than Optuna's 24: cheaper asks, and no worse (perf/tuner_speed.py)
 STARTS = 3                         # regimes polished after each exploration share
+WINDOW = 1000                      # trials TPE holds at most (its cost per ask grows with them)
+MODEL_PICKS = True
+POOL_LIMIT = 200_000               # spaces up to this size are listed whole for the model's pick
+POOL_SAMPLE = 20_000               # random candidates for the model's pick in larger spaces
+PICK_TRIES = 1000                  # best-predicted candidates checked for one the search has not seen
+DESIGN_TRIES = 50                  # redraws of a design row that the cheap feasibility check rules out
 
 
-def _tell_seen(study: optuna.Study, search: Search, told: set[str]) -> None:
-    for h, value in search.seen.items():
-        if h not in told:
-            told.add(h)
-            params = to_params(search.cache[h].idx)
-            state = TrialState.COMPLETE if np.isfinite(value) else TrialState.PRUNED
-            study.add_trial(create_trial(params=params, distributions=DISTRIBUTIONS, state=state,
-                                         value=value if np.isfinite(value) else None))
+def design(space: Space, count: int, rng: np.random.Generator) -> np.ndarray:
+    """``count`` configurations, each knob's values spread evenly over them (a Latin-hypercube-like
+    design in index space); rows ``feasible`` rules out are redrawn a bounded number of times."""
+    columns = [rng.permutation(np.arange(count) % size) for size in space.sizes]
+    return np.stack(columns, axis=1).astype(np.int16).reshape(count, len(space.knobs))
+
+
+def _feasible_design(search: Search, rng: np.random.Generator) -> np.ndarray:
+    rows = design(search.space, STARTUP_TRIALS, rng)
+    for _ in range(DESIGN_TRIES):
+        bad = ~search.objective.feasible(rows)
+        if not bad.any():
+            break
+        rows[bad] = np.stack([rng.integers(0, size, bad.sum()) for size in search.space.sizes], axis=1)
+    return rows
+
+
+class _Tpe:
+    """A seeded TPE study told every evaluation of the search, holding at most ``WINDOW`` trials."""
+
+    def __init__(self, search: Search) -> None:
+        self.search, self.told = search, set[str]()
+        self.seed = search.spec.seed + search.evaluations
+        self.study, self.size = self._study(), 0
+
+    def _study(self) -> optuna.Study:
+        sampler = TPESampler(seed=self.seed, multivariate=True, n_startup_trials=STARTUP_TRIALS, n_ei_candidates=EI_CANDIDATES)
+        self.seed += 1
+        return optuna.create_study(direction="minimize", sampler=sampler)
+
+    def _add(self, study: optuna.Study, hashes: list[str]) -> None:
+        space = self.search.space
+        self.size += len(hashes)
+        for h in hashes:
+            value = self.search.seen[h]
+            finite = bool(np.isfinite(value))
+            study.add_trial(create_trial(params=space.to_params(self.search.cache[h].idx), distributions=space.distributions,
+                                         state=TrialState.COMPLETE if finite else TrialState.PRUNED,
+                                         value=value if finite else None))
+
+    def tell_seen(self) -> None:
+        """Tell TPE what the search scored that it has not been told (climbs, earlier runs)."""
+        new = [h for h in self.search.seen if h not in self.told]
+        self.told.update(new)
+        self._add(self.study, new)
+        self._bound()
+
+    def _bound(self) -> None:
+        if self.size < WINDOW:
+            return
+        seen = self.search.seen
+        ranked = sorted(self.told, key=lambda h: seen[h])[:WINDOW // 2]
+        recent = [h for h in list(seen)[-WINDOW:] if h in self.told]
+        keep = list(dict.fromkeys(ranked + recent[-WINDOW // 2:]))
+        self.study, self.size = self._study(), 0
+        self._add(self.study, keep)
+
+    def propose(self) -> None:
+        """Ask TPE for one configuration, score it and tell the result."""
+        search = self.search
+        trial = self.study.ask(search.space.distributions)
+        idx = search.space.from_params(trial.params)
+        value = float(search.evaluate(idx[None], {"phase": "tpe"})[0])
+        self.told.add(search.space.hash_idx(idx))
+        self.size += 1
+        self.study.tell(trial, value) if np.isfinite(value) else self.study.tell(trial, state=TrialState.PRUNED)
+        self._bound()
 
 
 def _starts(search: Search, polished: set[str]) -> list[np.ndarray]:
-    """The best unpolished plan of each of the best ``STARTS`` regimes (schedule x warps) seen so far."""
-    best: dict[tuple[int, int], tuple[float, str]] = {}
-    for h, value in search.seen.items():
-        if np.isfinite(value) and h not in polished:
-            key = tuple(int(search.cache[h].idx[j]) for j in REGIME)
-            if key not in best or value < best[key][0]:
-                best[key] = (value, h)
-    ranked = sorted(best.values())[:STARTS]
-    return [search.cache[h].idx for _, h in ranked]
+    """The best unpolished configurations, up to ``STARTS``, each differing from those chosen before it in
+    at least a quarter of the knobs (at least two): distinct basins rather than one basin three times."""
+    apart = max(2, len(search.space.knobs) // 4)
+    chosen: list[np.ndarray] = []
+    for _, h in sorted((v, h) for h, v in search.seen.items() if np.isfinite(v) and h not in polished):
+        idx = search.cache[h].idx
+        if all((idx != c).sum() >= apart for c in chosen):
+            chosen.append(idx)
+            if len(chosen) == STARTS:
+                break
+    return chosen
+
+
+def _pool(search: Search, rng: np.random.Generator) -> np.ndarray:
+    """Candidates for the model's pick: the whole space where it is small enough to list, else a random
+    sample, with the singles of the best configurations; what cheap feasibility rules out is dropped."""
+    space = search.space
+    if space.size <= POOL_LIMIT:
+        if "pool" not in search.memo:
+            every = Profile(WHOLE_SPACE, "", tuple(tuple(range(int(s))) for s in space.sizes)).plans(0, space.size)
+            search.memo["pool"] = every[search.objective.feasible(every)]
+        return search.memo["pool"]
+    sample = np.stack([rng.integers(0, int(s), POOL_SAMPLE) for s in space.sizes], axis=1).astype(np.int16)
+    best = [c.idx for c in search.top(3)]
+    rows = np.concatenate([sample, *(singles(space, b) for b in best)])
+    return rows[search.objective.feasible(rows)]
+
+
+def _model_pick(search: Search, rng: np.random.Generator) -> bool:
+    """Score the unseen candidate the learned model predicts best (and not likely to fail); False if none."""
+    model = learned(search)
+    if not model.effects:
+        return False
+    pool = _pool(search, rng)
+    predicted = model.predict(pool)
+    predicted[model.failure(pool) > LIKELY_TO_FAIL] = np.inf
+    for i in np.argsort(predicted, kind="stable")[:PICK_TRIES]:
+        if np.isfinite(predicted[i]) and search.space.hash_idx(pool[i]) not in search.seen:
+            search.evaluate(pool[i][None], {"phase": "model"})
+            return True
+    return False
 
 
 def run(search: Search) -> Outcome:
-    sampler = TPESampler(seed=search.spec.seed + search.evaluations, multivariate=True, n_startup_trials=STARTUP_TRIALS,
-                         n_ei_candidates=EI_CANDIDATES)
-    study = optuna.create_study(direction="minimize", sampler=sampler)
-    told: set[str] = set()
-    _tell_seen(study, search, told)                       # resume: TPE remembers what earlier runs told it
-    if not told:                                          # stratified start: every schedule x warps regime twice
-        schedules, warps = KNOBS[REGIME[0]], KNOBS[REGIME[1]]
-        for _, schedule, warp in product(range(2), schedules.choices, range(warps.size)):
-            study.enqueue_trial({schedules.name: schedule, warps.name: warp})
+    tpe = _Tpe(search)
+    rng = np.random.default_rng(search.spec.seed + 1)
+    tpe.tell_seen()                                       # resume: TPE remembers what earlier runs scored
+    if not tpe.told:
+        search.evaluate(_feasible_design(search, np.random.default_rng(search.spec.seed)), {"phase": "design"})
+        tpe.tell_seen()
     polished: set[str] = set()
     budget = search.spec.max_evals
     mark = search.evaluations + max(int(budget * FIRST_EXPLORATION), STARTUP_TRIALS)
@@ -72,18 +167,16 @@ def run(search: Search) -> Outcome:
     while stopped is None and proposals < 20 * budget:
         if search.evaluations >= mark and search.best is not None:
             for start in _starts(search, polished):
-                polished.add(plan_hash(decode(start)))
+                polished.add(search.space.hash_idx(start))
                 climb(search, start, phases=())
-                _tell_seen(study, search, told)
+                tpe.tell_seen()
                 if search.stop_reason():
                     break
             mark = search.evaluations + max(int(budget * LATER_EXPLORATION), 1)
         else:
-            trial = study.ask(DISTRIBUTIONS)
+            if not (MODEL_PICKS and proposals % 2 and _model_pick(search, rng)):
+                tpe.propose()
+            tpe.tell_seen()
             proposals += 1
-            idx = from_params(trial.params)
-            value = float(search.evaluate(idx[None], {"phase": "tpe"})[0])
-            told.add(plan_hash(decode(idx)))
-            study.tell(trial, value) if np.isfinite(value) else study.tell(trial, state=TrialState.PRUNED)
         stopped = search.stop_reason()
     return search.finish(search.top(), stopped or "converged")

@@ -15,10 +15,12 @@ from math import prod
 
 import numpy as np
 
-from tuner.knobs import BY_NAME, KNOBS, POSITION
+from tuner.plan import SPACE
 from tuner.task import machine as hw
 from tuner.task.geometry import GEOMETRY_KNOBS, MAX_CTAS, geometry
 from tuner.task.suites import Case
+
+BY_NAME, KNOBS, POSITION = SPACE.by_name, SPACE.knobs, SPACE.position
 
 PENALTIES = ("bank_conflicts", "dma_penalty", "spill", "scratchpad_pressure", "sync_epilogue", "tail", "memory")
 

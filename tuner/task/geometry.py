@@ -12,12 +12,12 @@ from functools import cache
 
 import numpy as np
 
-from tuner.knobs import BY_NAME
+from tuner.plan import SPACE
 from tuner.task.suites import Case, token_mask
 
-BLOCK_M = BY_NAME["block_m"].choices
-BLOCK_N = BY_NAME["block_n"].choices
-SPLIT_K = BY_NAME["split_k"].choices
+BLOCK_M = SPACE.by_name["block_m"].choices
+BLOCK_N = SPACE.by_name["block_n"].choices
+SPLIT_K = SPACE.by_name["split_k"].choices
 MAX_CTAS = 4
 GEOMETRY_KNOBS = ("block_m", "block_n", "split_k")
 

@@ -1,0 +1,179 @@
+"""Search quality on measured GPU caches, every method side by side in one run.
+
+    python perf/real_caches.py [--caches DIR] [--seeds 20] [--budget 200] [--jobs 2] [--only gemm ...]
+
+For each Kernel Tuner cache in DIR (default: the shared GPU caches beside this checkout), with the
+T1 file of its kernel where one is there (its restrictions are known up front to every method):
+fraction of optimum (best time in the cache / best time found, 1.0 = the optimum) after 25, 50,
+100 and 200 evaluations, as the median and the 10th percentile over seeds, and the evaluations
+needed to reach 0.95 (median; ">B" when most seeds never do). An evaluation is a configuration
+scored for the first time; one the cache does not hold (or holds as failed) is a failed
+evaluation and counts. Methods:
+
+- ``quick`` and ``checkpoint`` (from the space's default) of this project;
+- Optuna's default TPESampler and RandomSampler (every knob categorical, as a user writes it);
+- Kernel Tuner 1.5's strategies replaying the same cache in simulation mode (``pip install -e '.[perf]'``);
+  unmeasured configurations are added to its copy of the cache as ``InvalidConfig``, so it pays
+  for them as our methods do.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import gzip
+import itertools
+import json
+import multiprocessing
+import tempfile
+import warnings
+from pathlib import Path
+
+import numpy as np
+import optuna
+
+from tuner.history import History
+from tuner.objectives.cache import CacheObjective
+from tuner.search import Search, Spec
+from tuner.strategies import STRATEGIES
+
+ROOT = Path(__file__).resolve().parents[1]
+CHECKPOINTS = (25, 50, 100, 200)
+KERNEL_TUNER = ("bayes_opt", "genetic_algorithm", "simulated_annealing", "dual_annealing", "greedy_ils", "pso")
+OURS = ("quick", "checkpoint")
+OPTUNA = ("optuna TPE", "optuna random")
+optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+def _t1_for(cache: Path) -> Path | None:
+    kernel = cache.name.split("-")[0].removesuffix(".json.gz").removesuffix(".json")
+    t1 = cache.parent / f"{kernel}.t1.json"
+    return t1 if t1.is_file() else None
+
+
+def _ours(cache: Path, t1: Path | None, strategy: str, seed: int, budget: int) -> list[float]:
+    objective = CacheObjective(cache, t1)
+    search = Search(History(f"sqlite:///{tempfile.mkdtemp(prefix='perf-')}/h.db"), objective,
+                    Spec(strategy=strategy, mode="time", max_evals=budget, seed=seed,
+                         start=tuple(int(v) for v in objective.space.default())))
+    STRATEGIES[strategy](search)
+    return list(search.seen.values())                       # every value in the order it was first scored
+
+
+def _optuna(cache: Path, t1: Path | None, method: str, seed: int, budget: int) -> list[float]:
+    objective = CacheObjective(cache, t1)
+    space = objective.space
+    sampler = optuna.samplers.TPESampler(seed=seed) if method == "optuna TPE" else optuna.samplers.RandomSampler(seed=seed)
+    study = optuna.create_study(sampler=sampler)
+    values: dict[bytes, float] = {}
+    for _ in range(50 * budget):
+        if len(values) >= budget:
+            break
+        trial = study.ask()
+        config = {k.name: trial.suggest_categorical(k.name, list(k.choices)) for k in space.knobs}
+        idx = space.encode(config)
+        if not objective.feasible(idx[None])[0]:                    # ruled out up front: not an evaluation
+            study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+            continue
+        value = values.setdefault(idx.tobytes(), float(objective.cycles(idx[None])[0]))
+        study.tell(trial, value) if np.isfinite(value) else study.tell(trial, state=optuna.trial.TrialState.PRUNED)
+    return list(values.values())
+
+
+@functools.cache
+def _kernel_tuner_cache(cache: Path) -> Path:
+    """A copy of the cache holding every configuration the restrictions allow; unmeasured ones as InvalidConfig."""
+    data = json.loads(gzip.decompress(cache.read_bytes()) if cache.suffix == ".gz" else cache.read_bytes())
+    keys, params = data["tune_params_keys"], data["tune_params"]
+    records = dict(data["cache"])
+    for combo in itertools.product(*(params[k] for k in keys)):
+        key = ",".join(str(v) for v in combo)
+        if key not in records:
+            records[key] = dict(zip(keys, combo, strict=True)) | {"time": "InvalidConfig"}
+    path = Path(tempfile.mkdtemp(prefix="perf-kt-")) / "cache.json"
+    path.write_text(json.dumps(data | {"cache": records}))
+    return path
+
+
+def _kernel_tuner(cache: Path, t1: Path | None, strategy: str, seed: int, budget: int) -> list[float]:
+    import kernel_tuner
+
+    objective = CacheObjective(cache, t1)
+    space = objective.space
+    data = json.loads(gzip.decompress(cache.read_bytes()) if cache.suffix == ".gz" else cache.read_bytes())
+    copy = _kernel_tuner_cache(cache)
+
+    def allowed(params: dict) -> bool:
+        return bool(objective.feasible(space.encode({k: params[k] for k in space.names})[None])[0])
+
+    np.random.seed(seed)                                    # Kernel Tuner's strategies draw from numpy's global state
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        results, _ = kernel_tuner.tune_kernel(data["kernel_name"], "", data["problem_size"], [], data["tune_params"],
+                                              restrictions=allowed if space.conditions else None, simulation_mode=True,
+                                              cache=str(copy), strategy=strategy, strategy_options={"max_fevals": budget},
+                                              quiet=True, lang="CUDA")
+    values: dict[tuple, float] = {}
+    for r in results:
+        key = tuple(r[k] for k in data["tune_params_keys"])
+        values.setdefault(key, float(r["time"]) if isinstance(r.get("time"), int | float) else np.inf)
+    return list(values.values())[:budget]
+
+
+def _run(job: tuple[str, str, str | None, str, int, int]) -> tuple[str, str, np.ndarray]:
+    name, cache, t1, method, seed, budget = job
+    t1_path = Path(t1) if t1 else None
+    if method in OURS:
+        values = _ours(Path(cache), t1_path, method, seed, budget)
+    elif method in OPTUNA:
+        values = _optuna(Path(cache), t1_path, method, seed, budget)
+    else:
+        values = _kernel_tuner(Path(cache), t1_path, method, seed, budget)
+    optimum = CacheObjective(Path(cache), t1_path).optimum
+    best = np.minimum.accumulate(np.array(values[:budget] + [np.inf] * max(0, budget - len(values))))
+    return name, method, optimum / best
+
+
+def _report(name: str, curves: dict[str, list[np.ndarray]], budget: int) -> None:
+    marks = [c for c in CHECKPOINTS if c <= budget]
+    print(f"\n{name}: fraction of optimum, median (10th percentile) over {len(next(iter(curves.values())))} seeds")
+    print(f"  {'method':<22}" + "".join(f"{c:>15}" for c in marks) + f"{'evals to 0.95':>15}")
+    for method, runs in curves.items():
+        fractions = np.array(runs)
+        cells = "".join(f"{np.median(fractions[:, c - 1]):>8.3f} ({np.percentile(fractions[:, c - 1], 10):.2f})" for c in marks)
+        reach = [int(np.argmax(f >= 0.95)) + 1 if (f >= 0.95).any() else budget + 1 for f in fractions]
+        median = np.median(reach)
+        print(f"  {method:<22}{cells}{(f'>{budget}' if median > budget else f'{median:.0f}'):>15}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--caches", type=Path, default=ROOT.parent / "shared" / "data" / "gpu-caches")
+    parser.add_argument("--seeds", type=int, default=20)
+    parser.add_argument("--budget", type=int, default=200)
+    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", nargs="*", default=None, help="caches whose file name starts with one of these")
+    parser.add_argument("--methods", nargs="*", default=None, help="methods to run (default: all)")
+    args = parser.parse_args()
+    methods = args.methods or [*OURS, *OPTUNA, *KERNEL_TUNER]
+    if any(m in KERNEL_TUNER for m in methods):
+        try:
+            import kernel_tuner  # noqa: F401
+        except ImportError:
+            raise SystemExit("Kernel Tuner is missing: pip install -e '.[perf]' (or pass --methods without its strategies)") from None
+    caches = sorted(p for p in args.caches.glob("*.json*") if not p.name.endswith(".t1.json")
+                    and (args.only is None or p.name.startswith(tuple(args.only))))
+    jobs = [(c.name, str(c), str(t1) if (t1 := _t1_for(c)) else None, m, s, args.budget)
+            for c in caches for m in methods for s in range(args.seeds)]
+    curves: dict[str, dict[str, list[np.ndarray]]] = {c.name: {m: [] for m in methods} for c in caches}
+    with multiprocessing.Pool(args.jobs) as pool:
+        for name, method, fraction in pool.imap_unordered(_run, jobs):
+            curves[name][method].append(fraction)
+    for cache in caches:
+        t1 = _t1_for(cache)
+        _report(f"{cache.name}" + (f" (restrictions of {t1.name})" if t1 else " (no T1 file: no restrictions)"), curves[cache.name],
+                args.budget)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,158 @@
+"""Spaces as data: T1 files, Kernel Tuner caches and the kernel-plan catalogue; the cache objective."""
+
+from __future__ import annotations
+
+import gzip
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT
+
+from tuner.objectives.cache import NOT_MEASURED, CacheObjective
+from tuner.plan import SPACE
+from tuner.space import SpaceError, load_space, space_from_t1
+
+CACHES = ROOT.parent / "shared" / "data" / "gpu-caches"
+
+
+def t1(params, conditions=()):
+    return {"General": {"BenchmarkName": "toy"},
+            "ConfigurationSpace": {"TuningParameters": params, "Conditions": [{"Expression": c} for c in conditions]}}
+
+
+def toy_cache(tmp_path: Path, records: dict[tuple[int, int], object], name="toy.json.gz") -> Path:
+    data = {"kernel_name": "toy", "tune_params_keys": ["bx", "tile"], "tune_params": {"bx": [32, 64, 128], "tile": [1, 2]},
+            "cache": {f"{bx},{tile}": {"bx": bx, "tile": tile, "time": t} for (bx, tile), t in records.items()}}
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(json.dumps(data).encode()) if name.endswith(".gz") else json.dumps(data).encode())
+    return path
+
+
+def test_t1_values_conditions_defaults_and_kinds():
+    space = space_from_t1(t1([{"Name": "bx", "Values": "[32 * i for i in range(1, 5)]", "Default": 64},
+                              {"Name": "mode", "Values": ["a", "b"]}, {"Name": "tile", "Values": "[1, 2]", "Kind": "nominal"}],
+                             ["bx * tile <= 128"]))
+    assert space.names == ("bx", "mode", "tile") and space.size == 16
+    assert [k.kind for k in space.knobs] == ["ordinal", "nominal", "nominal"]
+    assert space.decode(space.default()) == {"bx": 64, "mode": "a", "tile": 1}
+    idx = np.array([[3, 0, 1], [1, 1, 1], [3, 0, 0]], dtype=np.int16)
+    assert space.allowed(idx).tolist() == [False, True, True]
+
+
+def test_the_kernel_plan_catalogue_is_a_t1_file():
+    assert SPACE.names[0] == "q_layout" and len(SPACE.knobs) == 19
+    assert load_space(ROOT / "tuner" / "task" / "kernel_plan.t1.json") == SPACE
+
+
+@pytest.mark.parametrize(("params", "conditions", "fragment"), [
+    ([{"Name": "x", "Values": "__import__('os').system('x')"}], [], "__import__"),
+    ([{"Name": "x", "Values": "[1, 2]"}], ["__import__('os').system('x')"], "__import__"),
+    ([{"Name": "x", "Values": "5"}], [], "values must be a non-empty list"),
+    ([{"Name": "x", "Values": {"a": 1}}], [], "values must be a non-empty list"),
+    ([{"Name": "x", "Values": [1, 1]}], [], "repeats a value"),
+    ([{"Name": "x", "Values": [1, 2]}], ["y > 1"], "unknown knobs ['y']"),
+    ([{"Name": "x.y", "Values": [1, 2]}], [], "knob name"),
+    ([], [], "1 to 64 knobs"),
+])
+def test_bad_space_files_are_refused_with_a_reason(params, conditions, fragment):
+    with pytest.raises(SpaceError) as caught:
+        space_from_t1(t1(params, conditions))
+    assert fragment in str(caught.value)
+
+
+def test_cache_objective_scores_records_failures_and_absences(tmp_path):
+    objective = CacheObjective(toy_cache(tmp_path, {(32, 1): 2.5, (64, 1): 1.25, (64, 2): "RuntimeFailedConfig", (128, 2): "weird"}))
+    idx = objective.space.encode_many([{"bx": b, "tile": t} for b, t in [(32, 1), (64, 1), (64, 2), (128, 2), (128, 1)]])
+    result = objective.evaluate(idx)
+    assert result.cycles[:2].tolist() == [2.5, 1.25] and np.isinf(result.cycles[2:]).all()
+    assert result.correct.tolist() == [True, True, False, False, False]
+    assert result.reasons == [None, None, "RuntimeFailedConfig", "ErrorConfig: weird", NOT_MEASURED]
+    assert objective.optimum == 1.25 and objective.modes == ("time",)
+    assert objective.report({"bx": 64, "tile": 2})["reason"] == "RuntimeFailedConfig"
+
+
+def test_a_t1_space_adds_restrictions_to_a_cache(tmp_path):
+    cache = toy_cache(tmp_path, {(32, 1): 2.5, (64, 1): 1.25})
+    (tmp_path / "toy.t1.json").write_text(json.dumps(t1([{"Name": "tile", "Values": [1, 2]}, {"Name": "bx", "Values": [32, 64, 128]}],
+                                                         ["bx * tile <= 64"])))
+    objective = CacheObjective(cache, tmp_path / "toy.t1.json")
+    assert objective.space.names == ("tile", "bx")
+    rows = objective.space.encode_many([{"tile": 2, "bx": 64}, {"tile": 1, "bx": 64}])
+    assert objective.feasible(rows).tolist() == [False, True]
+    (tmp_path / "other.t1.json").write_text(json.dumps(t1([{"Name": "z", "Values": [1, 2]}])))
+    with pytest.raises(SpaceError, match="names knobs"):
+        CacheObjective(cache, tmp_path / "other.t1.json")
+
+
+def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(cwd), *args], capture_output=True, text=True,
+                          cwd=cwd, timeout=300)
+
+
+@pytest.mark.parametrize(("make", "fragment"), [
+    (lambda d: d.joinpath("c.json.gz").write_bytes(gzip.compress(b'{"tune_params": {"a": [1]}, "cache": {}}')[:20]), "cannot be read"),
+    (lambda d: d.joinpath("c.json.gz").write_bytes(gzip.compress(b'{"cache": {}}')), "needs tune_params"),
+    (lambda d: d.joinpath("c.json.gz").write_bytes(gzip.compress(b'{"tune_params": {"a": 3}, "tune_params_keys": ["a"], "cache": {}}')),
+     "values must be a non-empty list"),
+])
+def test_bad_caches_exit_2_with_one_line_and_write_nothing(tmp_path, make, fragment):
+    make(tmp_path)
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = _cli("--objective", "cache:c.json.gz", "search_plans", "--max-evals", "5", cwd=tmp_path)
+    assert out.returncode == 2 and fragment in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_hostile_t1_file_exits_2_and_writes_nothing(tmp_path):
+    toy_cache(tmp_path, {(32, 1): 2.5})
+    (tmp_path / "evil.t1.json").write_text(json.dumps(t1([{"Name": "bx", "Values": "[32, 64, 128]"}, {"Name": "tile", "Values": [1, 2]}],
+                                                         ["__import__('os').system('touch pwned')"])))
+    out = _cli("--objective", "cache:toy.json.gz", "--space", "evil.t1.json", "search_plans", cwd=tmp_path)
+    assert out.returncode == 2 and "__import__" in out.stderr and "Traceback" not in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["evil.t1.json", "toy.json.gz"]
+
+
+@pytest.mark.parametrize("strategy", ["quick", "focused", "checkpoint", "exhaustive"])
+def test_every_strategy_runs_on_a_measured_cache_and_resumes(tmp_path, strategy):
+    records = {(bx, t): 1.0 + abs(bx - 64) / 32 + t for bx in (32, 64, 128) for t in (1, 2)} | {(128, 2): "RuntimeFailedConfig"}
+    toy_cache(tmp_path, records)
+    command = {"quick": ["search_plans", "--strategy", "quick", "--max-evals", "5"],
+               "focused": ["search_plans", "--strategy", "focused", "--max-evals", "5"],
+               "checkpoint": ["local_neighborhood_search", "--max-evals", "6"],
+               "exhaustive": ["bounded_exhaustive_search", "--profile", "all"]}[strategy]
+    out = _cli("--objective", "cache:toy.json.gz", "--json", *command, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["best"]["time"] == min(v for v in records.values() if isinstance(v, float)) or strategy in ("quick", "focused")
+    assert result["best"]["plan"] in [{"bx": b, "tile": t} for (b, t) in records] and "dev" not in result["best"]
+    again = json.loads(_cli("--objective", "cache:toy.json.gz", "--json", *command, cwd=tmp_path).stdout)
+    assert again["new_evaluations"] == 0
+    ranked = json.loads(_cli("--objective", "cache:toy.json.gz", "--json", "rank_experiments", cwd=tmp_path).stdout)["ranking"]
+    assert ranked and ranked[0]["time"] == min(r["time"] for r in ranked)
+
+
+@pytest.mark.skipif(not (CACHES / "gemm-RTX_3090.json.gz").is_file(), reason="the shared GPU caches are not beside this checkout")
+def test_the_shipped_gemm_cache_replays_from_the_command_line(tmp_path):
+    out = _cli("--objective", f"cache:{CACHES / 'gemm-RTX_3090.json.gz'}", "--json", "search_plans", "--strategy", "quick",
+               "--seed", "0", "--max-evals", "100", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    best = json.loads(out.stdout)["best"]
+    assert set(best["plan"]) >= {"MWG", "NWG", "VWM"} and 0 < best["time"] < 1000
+
+
+def test_the_engine_imports_no_tensor_plan_code():
+    code = ("import sys, tuner.search, tuner.history, tuner.gate, tuner.space, tuner.strategies, tuner.objectives.cache; "
+            "print(sorted(m for m in sys.modules if m.startswith(('tuner.task', 'tuner.plan', 'tuner.objectives.builtin'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "[]", out.stdout + out.stderr
+    engine = [ROOT / "tuner" / name for name in ("space.py", "search.py", "history.py", "gate.py")]
+    engine += sorted((ROOT / "tuner" / "strategies").glob("*.py"))
+    knobs = [k.name for k in SPACE.knobs]
+    for path in engine:
+        text = path.read_text()
+        assert not [k for k in knobs if f'"{k}"' in text or f"'{k}'" in text], path.name

@@ -1,0 +1,223 @@
+"""A restricted evaluator for the expressions of tuning-problem files (untrusted text).
+
+T1 files write value lists as ``"[32 * i for i in range(1, 32)]"`` and restrictions as
+``"block_size_x*block_size_y<=1024"``. This module parses such text with :mod:`ast` and
+interprets the tree itself: literals, arithmetic, comparisons, boolean operators, conditional
+expressions, ``range``/``min``/``max``/``len``, list comprehensions and names bound by the caller.
+Everything else (attributes, subscripts, other calls, dunder names, lambdas, imports, walrus...)
+is refused with :class:`ExpressionError` naming the expression. Python's ``eval`` is never used.
+
+Names may be bound to numpy arrays: a condition is then evaluated for many configurations at once
+(``and``/``or``/``not`` and chained comparisons become element-wise).
+"""
+
+from __future__ import annotations
+
+import ast
+import operator
+from collections.abc import Callable, Mapping
+from functools import lru_cache
+from typing import Any
+
+import numpy as np
+
+MAX_LENGTH = 2000               # characters of one expression
+MAX_ITEMS = 100_000             # elements of one range or comprehension
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
+}
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+    ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+}
+
+
+class ExpressionError(ValueError):
+    """An expression that is malformed, not allowed, or fails to evaluate (the message quotes it)."""
+
+
+def _quote(text: str) -> str:
+    return repr(text if len(text) <= 80 else text[:77] + "...")
+
+
+def _range(*args: Any) -> range:
+    if not 1 <= len(args) <= 3 or not all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+        raise ValueError("range takes one to three integers")
+    out = range(*args)
+    if len(out) > MAX_ITEMS:
+        raise ValueError(f"range of {len(out)} items (at most {MAX_ITEMS})")
+    return out
+
+
+def _min_max(fold: Callable[[Any, Any], Any], builtin: Callable[..., Any]) -> Callable[..., Any]:
+    def call(*args: Any) -> Any:
+        if any(isinstance(a, np.ndarray) for a in args):
+            out = args[0]
+            for a in args[1:]:
+                out = fold(out, a)
+            return out
+        return builtin(*args)
+    return call
+
+
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "range": _range, "len": len, "min": _min_max(np.minimum, min), "max": _min_max(np.maximum, max),
+}
+
+
+def _both(values: list[Any], vector: Callable[[Any, Any], Any], scalar: Callable[[Any, Any], Any]) -> Any:
+    out = values[0]
+    for v in values[1:]:
+        out = vector(out, v) if isinstance(out, np.ndarray) or isinstance(v, np.ndarray) else scalar(out, v)
+    return out
+
+
+class _Interpreter:
+    def __init__(self, text: str, names: Mapping[str, Any]) -> None:
+        self.text, self.scopes = text, [dict(names)]
+
+    def refuse(self, node: ast.AST, what: str | None = None) -> ExpressionError:
+        return ExpressionError(f"expression {_quote(self.text)}: {what or type(node).__name__ + ' is not allowed'}")
+
+    def run(self, node: ast.AST) -> Any:
+        method = getattr(self, f"_{type(node).__name__}", None)
+        if method is None:
+            raise self.refuse(node)
+        return method(node)
+
+    def _Expression(self, node: ast.Expression) -> Any:
+        return self.run(node.body)
+
+    def _Constant(self, node: ast.Constant) -> Any:
+        if not isinstance(node.value, int | float | str | bool | None):
+            raise self.refuse(node, f"constant {node.value!r} is not allowed")
+        return node.value
+
+    def _List(self, node: ast.List) -> list[Any]:
+        return [self.run(e) for e in node.elts]
+
+    def _Tuple(self, node: ast.Tuple) -> tuple[Any, ...]:
+        return tuple(self.run(e) for e in node.elts)
+
+    def _Name(self, node: ast.Name) -> Any:
+        if node.id.startswith("__"):
+            raise self.refuse(node, f"name {node.id!r} is not allowed")
+        for scope in reversed(self.scopes):
+            if node.id in scope:
+                return scope[node.id]
+        if node.id in ("True", "False", "None"):
+            return {"True": True, "False": False, "None": None}[node.id]
+        raise self.refuse(node, f"unknown name {node.id!r}")
+
+    def _BinOp(self, node: ast.BinOp) -> Any:
+        op = _BINARY.get(type(node.op))
+        if op is None:
+            raise self.refuse(node, f"operator {type(node.op).__name__} is not allowed")
+        left, right = self.run(node.left), self.run(node.right)
+        if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and abs(right) > 64:
+            raise self.refuse(node, "exponent too large")
+        if isinstance(node.op, ast.Mult) and (isinstance(left, list | str) or isinstance(right, list | str)):
+            count = right if isinstance(left, list | str) else left
+            if isinstance(count, int) and count > MAX_ITEMS:
+                raise self.refuse(node, "repetition too large")
+        return op(left, right)
+
+    def _UnaryOp(self, node: ast.UnaryOp) -> Any:
+        value = self.run(node.operand)
+        if isinstance(node.op, ast.Not):
+            return np.logical_not(value) if isinstance(value, np.ndarray) else not value
+        if isinstance(node.op, ast.USub):
+            return -value
+        if isinstance(node.op, ast.UAdd):
+            return +value
+        raise self.refuse(node, f"operator {type(node.op).__name__} is not allowed")
+
+    def _BoolOp(self, node: ast.BoolOp) -> Any:
+        values = [self.run(v) for v in node.values]
+        if not any(isinstance(v, np.ndarray) for v in values):     # Python's short-circuit result
+            pick = (lambda v: not v) if isinstance(node.op, ast.And) else bool
+            return next((v for v in values[:-1] if pick(v)), values[-1])
+        vector = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
+        return _both(values, vector, vector)
+
+    def _Compare(self, node: ast.Compare) -> Any:
+        left, results = self.run(node.left), []
+        for op, comparator in zip(node.ops, node.comparators, strict=True):
+            right = self.run(comparator)
+            results.append(_COMPARE[type(op)](left, right))
+            left = right
+        return _both(results, np.logical_and, lambda a, b: a and b)
+
+    def _IfExp(self, node: ast.IfExp) -> Any:
+        test = self.run(node.test)
+        if isinstance(test, np.ndarray):
+            return np.where(test, self.run(node.body), self.run(node.orelse))
+        return self.run(node.body) if test else self.run(node.orelse)
+
+    def _Call(self, node: ast.Call) -> Any:
+        if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCTIONS or node.keywords:
+            called = node.func.id if isinstance(node.func, ast.Name) else type(node.func).__name__
+            raise self.refuse(node, f"call of {called!r} is not allowed (allowed: {', '.join(_FUNCTIONS)})")
+        args = [self.run(a) for a in node.args]
+        try:
+            return _FUNCTIONS[node.func.id](*args)
+        except (TypeError, ValueError) as exc:
+            raise self.refuse(node, f"{node.func.id}: {exc}") from None
+
+    def _ListComp(self, node: ast.ListComp) -> list[Any]:
+        out: list[Any] = []
+        self._generate(node, 0, out)
+        return out
+
+    def _generate(self, node: ast.ListComp, level: int, out: list[Any]) -> None:
+        if level == len(node.generators):
+            out.append(self.run(node.elt))
+            if len(out) > MAX_ITEMS:
+                raise self.refuse(node, f"more than {MAX_ITEMS} items")
+            return
+        gen = node.generators[level]
+        if not isinstance(gen.target, ast.Name) or gen.target.id.startswith("__") or gen.is_async:
+            raise self.refuse(node, "a comprehension variable must be a plain name")
+        iterable = self.run(gen.iter)
+        if not isinstance(iterable, list | tuple | range):
+            raise self.refuse(node, "a comprehension must iterate over a list or a range")
+        for value in iterable:
+            self.scopes.append({gen.target.id: value})
+            try:
+                if all(self.run(test) for test in gen.ifs):
+                    self._generate(node, level + 1, out)
+            finally:
+                self.scopes.pop()
+
+
+@lru_cache(maxsize=1024)
+def parse(text: str) -> ast.Expression:
+    """The syntax tree of ``text``; :class:`ExpressionError` if it is not one expression."""
+    if not isinstance(text, str):
+        raise ExpressionError(f"an expression must be a string, got {type(text).__name__}")
+    if len(text) > MAX_LENGTH:
+        raise ExpressionError(f"expression {_quote(text)} is longer than {MAX_LENGTH} characters")
+    try:
+        return ast.parse(text.strip(), mode="eval")
+    except SyntaxError as exc:
+        raise ExpressionError(f"expression {_quote(text)} is not valid: {exc.msg}") from None
+
+
+def evaluate(text: str, names: Mapping[str, Any] | None = None) -> Any:
+    """The value of ``text`` with ``names`` bound (scalars, or numpy arrays for element-wise use)."""
+    try:
+        return _Interpreter(text, names or {}).run(parse(text))
+    except ExpressionError:
+        raise
+    except (ArithmeticError, TypeError, ValueError) as exc:
+        raise ExpressionError(f"expression {_quote(text)} fails: {exc}") from None
+
+
+def names_in(text: str) -> set[str]:
+    """Free names ``text`` reads (comprehension variables excluded)."""
+    tree = parse(text)
+    bound = {g.target.id for n in ast.walk(tree) if isinstance(n, ast.ListComp) for g in n.generators
+             if isinstance(g.target, ast.Name)}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - bound - set(_FUNCTIONS) - {"True", "False", "None"}

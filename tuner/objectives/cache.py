@@ -1,0 +1,134 @@
+"""The cache objective: configurations scored by measurements already made on a real GPU.
+
+It replays a Kernel Tuner cache file (``tune_params``, ``tune_params_keys``, ``cache``; ``.json``
+or ``.json.gz``) or a T4 results file (``results`` with ``configuration`` and ``measurements``).
+The value is the recorded time (ms, lower is better). A configuration recorded with an error
+marker (``InvalidConfig``, ``CompilationFailedConfig``, ``RuntimeFailedConfig``, ``ErrorConfig``)
+is infeasible with that reason; one the file does not hold is infeasible as "not measured". The
+space comes from the file, or from a T1 file naming the same knobs (which adds its restrictions
+and defaults). Restrictions are the only cheap feasibility: which configurations were measured is
+not known before they are asked for.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from tuner.objectives.base import Evaluations
+from tuner.space import Config, Space, SpaceError, load_space, read_json, space_from_tune_params
+
+MODE = "time"
+ERROR_MARKERS = ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "ErrorConfig")
+NOT_MEASURED = "not measured"
+
+
+def _kernel_tuner(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[dict[str, Any], Any]]]:
+    if "tune_params" not in data:
+        raise SpaceError(f"{source}: a Kernel Tuner cache needs tune_params")
+    space = space_from_tune_params(data["tune_params"], data.get("tune_params_keys"), str(data.get("kernel_name") or Path(source).stem),
+                                   source)
+    records = data.get("cache")
+    if not isinstance(records, dict):
+        raise SpaceError(f"{source}: cache must be an object of records")
+    out = []
+    for key, record in records.items():
+        if not isinstance(record, dict):
+            raise SpaceError(f"{source}: cache record {str(key)[:40]!r} is not an object")
+        out.append(({name: record.get(name) for name in space.names}, record.get("time")))
+    return space, out
+
+
+def _t4(data: dict[str, Any], source: str) -> tuple[Space | None, list[tuple[dict[str, Any], Any]]]:
+    results = data.get("results")
+    if not isinstance(results, list):
+        raise SpaceError(f"{source}: a T4 results file needs a results list")
+    out = []
+    for i, result in enumerate(results):
+        config = result.get("configuration") if isinstance(result, dict) else None
+        if not isinstance(config, dict):
+            raise SpaceError(f"{source}: results[{i}] has no configuration object")
+        invalid = result.get("invalidity", "correct")
+        times = [m.get("value") for m in result.get("measurements", []) if isinstance(m, dict) and m.get("name") == MODE]
+        out.append((config, times[0] if invalid == "correct" and times else str(invalid or "ErrorConfig")))
+    if not out:
+        raise SpaceError(f"{source}: the results list is empty")
+    names = list(out[0][0])
+    values = {n: sorted({c.get(n) for c, _ in out if c.get(n) is not None}, key=lambda v: (isinstance(v, str), v)) for n in names}
+    return space_from_tune_params(values, names, Path(source).stem, source), out
+
+
+class CacheObjective:
+    """Scores configurations by looking up their recorded time (ms) in a measured cache."""
+
+    modes = (MODE,)
+
+    def __init__(self, path: str | Path, space_path: str | Path | None = None) -> None:
+        path = Path(path)
+        data = read_json(path, "cache file")
+        if not isinstance(data, dict):
+            raise SpaceError(f"cache file {path.name!r} must hold a JSON object")
+        space, records = (_t4 if "results" in data and "cache" not in data else _kernel_tuner)(data, path.name)
+        if space_path is not None:
+            declared = load_space(space_path)
+            if set(declared.names) != set(space.names):
+                raise SpaceError(f"space file {Path(space_path).name!r} names knobs {sorted(declared.names)}, "
+                                 f"the cache {sorted(space.names)}")
+            space = declared
+        self.space = space
+        self.source = path.name
+        self._time: dict[bytes, float] = {}
+        self._reason: dict[bytes, str] = {}
+        for config, time in records:
+            try:
+                key = space.encode(config).tobytes()
+            except (ValueError, KeyError):
+                continue                                  # outside the declared space
+            if isinstance(time, int | float) and not isinstance(time, bool) and math.isfinite(time) and time > 0:
+                self._time[key] = float(time)
+            else:
+                self._reason[key] = time if time in ERROR_MARKERS else f"ErrorConfig: {str(time)[:60]}"
+        if not self._time:
+            raise SpaceError(f"cache file {path.name!r} holds no successful measurement")
+        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        self.name = f"cache:{digest}:{space.fingerprint}"
+
+    @property
+    def optimum(self) -> float:
+        """The best recorded time (ms)."""
+        return min(self._time.values())
+
+    def feasible(self, idx: np.ndarray) -> np.ndarray:
+        return self.space.allowed(idx)
+
+    def cycles(self, idx: np.ndarray, mode: str = MODE) -> np.ndarray:
+        idx = np.asarray(idx, dtype=np.int16)
+        return np.array([self._time.get(row.tobytes(), np.inf) for row in idx], dtype=np.float64)
+
+    def reason(self, row: np.ndarray) -> str | None:
+        """Why a configuration has no time (``None`` when it has one)."""
+        key = np.asarray(row, dtype=np.int16).tobytes()
+        if key in self._time:
+            return None
+        if not self.space.allowed(np.asarray(row)[None])[0]:
+            return "ruled out by the space's restrictions"
+        return self._reason.get(key, NOT_MEASURED)
+
+    def evaluate(self, idx: np.ndarray, mode: str = MODE) -> Evaluations:
+        cycles = self.cycles(idx, mode)
+        reasons = [None if np.isfinite(c) else self.reason(row) for c, row in zip(cycles, np.asarray(idx), strict=True)]
+        return Evaluations(cycles=cycles, correct=np.isfinite(cycles), max_abs=np.full(len(cycles), np.nan), reasons=reasons)
+
+    def report(self, plan: Config, mode: str = MODE) -> dict[str, Any]:
+        row = self.space.encode(plan)
+        time = float(self.cycles(row[None])[0])
+        feasible = math.isfinite(time)
+        out: dict[str, Any] = {"mode": MODE, "source": self.source, "configuration": plan, "feasible": feasible,
+                               "time_ms": time if feasible else None, "correct": feasible}
+        if not feasible:
+            out["reason"] = self.reason(row)
+        return out
