@@ -13,8 +13,10 @@ enumerated by a mixed-radix index, so a grid of millions never has to exist as a
 
 from __future__ import annotations
 
+import gzip
 import hashlib
 import json
+import zlib
 from dataclasses import dataclass
 from functools import cached_property
 from math import prod
@@ -324,9 +326,6 @@ def space_from_tune_params(params: Any, keys: Any = None, name: str = "cache", s
 
 def read_json(path: str | Path, what: str) -> Any:
     """JSON of a file (``.gz`` decompressed); :class:`SpaceError` naming the file on any failure."""
-    import gzip
-    import zlib
-
     path = Path(path)
     try:
         raw = path.read_bytes()

@@ -107,3 +107,20 @@ def test_a_seed_fixes_the_whole_search(tmp_path, strategy, attempt1):
     assert len(first) >= 150
     assert sequence("b", seed=3) == first                     # same seed, fresh history: the same trials in order
     assert sequence("c", seed=4) != first
+
+
+def test_tpe_holds_a_bounded_window_of_trials(tmp_path, monkeypatch):
+    from tuner.strategies import quick
+
+    monkeypatch.setattr(quick, "WINDOW", 60)
+    held: list[int] = []
+    original = quick._Tpe._bound
+
+    def watch(self):
+        original(self)
+        held.append(len(self.study.trials))
+
+    monkeypatch.setattr(quick._Tpe, "_bound", watch)
+    outcome, _ = _run(tmp_path, Spec(strategy="quick", mode="dev", max_evals=300, seed=5))
+    assert outcome.evaluations == 300
+    assert max(held) < 60 + 30 and min(held[len(held) // 2:]) <= 60     # rebuilt from a window, never the whole history

@@ -1,13 +1,15 @@
 """``checkpoint``: local search around a plan or fixture.
 
-Each round first takes steps: the neighbours of the current configuration in a seeded random
-order, the nearest first (ordinal knobs one step), then every single mutation, the joint moves of
-the knob pairs the search's own evaluations show to interact most (:mod:`.interactions`) and the
-infeasible moves made feasible by one more change (:mod:`.neighbourhood`), a few at a time, moving
-at the first improvement. When no step improves, the wider ``phases`` follow: pairs of the most
-promising singles (second-order steps, cheap), all pairs (ordinal knobs one step), then a bounded
-+-1 grid over the ordinal knobs with the largest learned effects. The best improving move becomes
-the current configuration and the round starts again; it stops when no neighbour improves.
+Each round first takes steps through the neighbours of the current configuration: every single
+mutation, the joint moves of the knob pairs the search's own evaluations show to interact most and
+the infeasible moves made feasible by one more change (:mod:`.neighbourhood`). The learned model
+(:mod:`.interactions`) orders them: in turns across the knobs they change, the best predicted first,
+the ones likely to fail last (ties: nearest singles first, then a seeded shuffle). They are scored
+a few at a time, moving at the first improvement. When no step improves, the wider ``phases``
+follow: pairs of the most promising singles (second-order steps, cheap), all pairs (ordinal knobs
+one step), then a bounded +-1 grid over the ordinal knobs with the largest learned effects. The
+best improving move becomes the current configuration and the round starts again; it stops when no
+neighbour improves.
 """
 
 from __future__ import annotations
@@ -21,28 +23,22 @@ from tuner.strategies.neighbourhood import combined, coupled, grid, pairs, repai
 PHASES = ("combined", "pair", "grid")
 STEP_BATCH = 4                      # neighbours scored per step; the first improvement among them is taken
 COUPLED_PAIRS = 5                   # learned interacting pairs whose joint moves are steps
-MODEL_ORDER = True
 LIKELY_TO_FAIL = 0.5                # a predicted failure chance above this moves a neighbour to the end
-PREDICTED_STEPS = 4                 # joint moves the learned model predicts best, tried right after the nearest singles
 GRID_KNOBS = 7                      # ordinal knobs the grid spans (3**7 = 2187 configurations at most)
 
 
 def step_neighbours(search: Search, center: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The feasible step neighbourhood of ``center``: nearest singles first (shuffled), then the joint
-    moves of learned pairs that the model predicts best, then the rest (shuffled)."""
+    """The feasible step neighbourhood of ``center`` (singles, joint moves of the learned pairs, repaired
+    moves), taken in turns across the knobs they change, best predicted first (ties: nearest singles
+    first, then a seeded shuffle); the moves the evaluations say will likely fail come last."""
     space, feasible, model = search.space, search.objective.feasible, learned(search)
     near = singles(space, center, near=True)
-    joint = coupled(space, center, model.pairs[:COUPLED_PAIRS])
-    joint = joint[feasible(joint)]
-    promising = joint[np.argsort(model.predict(joint), kind="stable")[:PREDICTED_STEPS]]
-    moves = np.concatenate([singles(space, center), joint])
+    moves = np.concatenate([singles(space, center), coupled(space, center, model.pairs[:COUPLED_PAIRS])])
     rest = np.concatenate([moves, repairs(space, center, moves, feasible)])
     near, rest = near[feasible(near)], rest[feasible(rest)]
-    ordered = np.concatenate([near[rng.permutation(len(near))], promising, rest[rng.permutation(len(rest))]])
-    if MODEL_ORDER:
-        ordered = _round_robin(center, ordered, model.predict(ordered))
-    likely_to_fail = model.failure(ordered) > LIKELY_TO_FAIL
-    return ordered[np.argsort(likely_to_fail, kind="stable")]       # the moves the evaluations say will fail, last
+    ordered = np.concatenate([near[rng.permutation(len(near))], rest[rng.permutation(len(rest))]])
+    ordered = _round_robin(center, ordered, model.predict(ordered))
+    return ordered[np.argsort(model.failure(ordered) > LIKELY_TO_FAIL, kind="stable")]
 
 
 def _round_robin(center: np.ndarray, moves: np.ndarray, predicted: np.ndarray) -> np.ndarray:
@@ -60,10 +56,14 @@ def _round_robin(center: np.ndarray, moves: np.ndarray, predicted: np.ndarray) -
     return moves[np.lexsort((predicted, rank))]
 
 
-def _steps(search: Search, current: np.ndarray, value: float, rng: np.random.Generator) -> tuple[np.ndarray, float]:
-    """First-improvement steps through the step neighbourhood until none improves (or a budget ends)."""
+def _steps(search: Search, current: np.ndarray, value: float, rng: np.random.Generator,
+           patience: int | None) -> tuple[np.ndarray, float]:
+    """First-improvement steps through the step neighbourhood until none improves, ``patience`` neighbours
+    in a row fail to (``None``: the whole neighbourhood), or a budget ends."""
     while search.stop_reason() is None:
         candidates = step_neighbours(search, current, rng)
+        if patience is not None:
+            candidates = candidates[:patience]
         for start in range(0, len(candidates), STEP_BATCH):
             batch = candidates[start:start + STEP_BATCH]
             values = search.evaluate(batch, {"phase": "step"})
@@ -89,16 +89,17 @@ def _wider(phase: str, current: np.ndarray, search: Search) -> np.ndarray:
     return grid(space, current, learned(search).top_knobs(space, GRID_KNOBS))
 
 
-def climb(search: Search, start: np.ndarray, phases: tuple[str, ...] = PHASES) -> str:
+def climb(search: Search, start: np.ndarray, phases: tuple[str, ...] = PHASES, patience: int | None = None) -> str:
     """Move from ``start`` to a local optimum within the budgets; returns why it stopped.
 
-    ``phases`` are the wider neighbourhoods tried after the steps (none: a cheaper polish).
+    ``phases`` are the wider neighbourhoods tried after the steps (none: a cheaper polish);
+    ``patience`` ends the steps after that many best-ordered neighbours fail to improve in a row.
     """
     current = np.asarray(start, dtype=np.int16)
     value = float(search.evaluate(current[None], {"phase": "start"})[0])
     rng = np.random.default_rng(search.spec.seed)
     while True:
-        current, value = _steps(search, current, value, rng)
+        current, value = _steps(search, current, value, rng, patience)
         for phase in phases:
             if search.stop_reason():
                 break

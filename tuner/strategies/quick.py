@@ -1,19 +1,23 @@
-"""``quick``: Optuna TPE over the whole space (seeded), alternating with local polish.
+"""``quick``: Optuna TPE over the whole space (seeded), the learned model's picks, and local polish.
 
-TPE explores (ordinal knobs as integer indices so it sees their order; nominal knobs categorical;
-infeasible or incorrect configurations are told as pruned). Its first trials are a space-filling
-design: every value of every knob appears about equally often. After each exploration share, up to
-``STARTS`` of the best configurations that lie apart from one another (distinct basins) are
-polished by the steps of :func:`tuner.strategies.checkpoint.climb` (first-improvement moves through
-singles, the joint moves of pairs the search's own evaluations show to interact, and repaired
-moves, without its wider phases). Everything the climbs score is told to TPE too, and exploration
-resumes until the budget is spent.
+TPE explores (univariate, Optuna's defaults otherwise; ordinal knobs as integer indices so it sees
+their order; nominal knobs categorical; infeasible or incorrect configurations are told as pruned).
+Its first trials are a space-filling design: every value of every knob appears about equally often.
+Every other exploration step is the learned model's pick instead (:mod:`.interactions`: main
+effects and interacting pairs of the search's own evaluations): the unseen candidate it predicts
+best among those not likely to fail. After each exploration share, up to ``STARTS`` of the best
+configurations that lie apart from one another (distinct basins) are polished by the steps of
+:func:`tuner.strategies.checkpoint.climb` (model-ordered first-improvement moves through singles,
+the joint moves of learned pairs and repaired moves, with a patience, without its wider phases).
+Everything the climbs score is told to TPE too, and exploration resumes until the budget is spent.
 
 TPE's cost per proposal grows with the trials it holds, so it holds a window: past ``WINDOW``
 trials its study is rebuilt from the best and the most recent half-window each.
 """
 
 from __future__ import annotations
+
+from itertools import islice
 
 import numpy as np
 import optuna
@@ -29,10 +33,11 @@ from tuner.strategies.neighbourhood import singles
 FIRST_EXPLORATION = 0.25           # share of the budget TPE explores before the first polish
 LATER_EXPLORATION = 0.1            # share between later polishes
 STARTUP_TRIALS = 20                # the space-filling design, before TPE's model
-EI_CANDIDATES = 8                  # fewer than Optuna's 24: cheaper asks, and no worse (perf/tuner_speed.py)
-STARTS = 3                         # regimes polished after each exploration share
-WINDOW = 1000                      # trials TPE holds at most (its cost per ask grows with them)
-MODEL_PICKS = True
+EI_CANDIDATES = 24                 # Optuna's default
+MULTIVARIATE = False               # joint Parzen estimators did worse on the measured caches (perf/real_caches.py)
+PATIENCE = 2                       # a polish ends after this many non-improving neighbours per varying knob
+STARTS = 3                         # basins polished after each exploration share
+WINDOW = 300                       # trials TPE holds at most (its cost per ask grows with them)
 POOL_LIMIT = 200_000               # spaces up to this size are listed whole for the model's pick
 POOL_SAMPLE = 20_000               # random candidates for the model's pick in larger spaces
 PICK_TRIES = 1000                  # best-predicted candidates checked for one the search has not seen
@@ -62,10 +67,10 @@ class _Tpe:
     def __init__(self, search: Search) -> None:
         self.search, self.told = search, set[str]()
         self.seed = search.spec.seed + search.evaluations
-        self.study, self.size = self._study(), 0
+        self.study, self.size, self.cursor = self._study(), 0, 0
 
     def _study(self) -> optuna.Study:
-        sampler = TPESampler(seed=self.seed, multivariate=True, n_startup_trials=STARTUP_TRIALS, n_ei_candidates=EI_CANDIDATES)
+        sampler = TPESampler(seed=self.seed, multivariate=MULTIVARIATE, n_startup_trials=STARTUP_TRIALS, n_ei_candidates=EI_CANDIDATES)
         self.seed += 1
         return optuna.create_study(direction="minimize", sampler=sampler)
 
@@ -81,7 +86,8 @@ class _Tpe:
 
     def tell_seen(self) -> None:
         """Tell TPE what the search scored that it has not been told (climbs, earlier runs)."""
-        new = [h for h in self.search.seen if h not in self.told]
+        new = [h for h in islice(self.search.seen, self.cursor, None) if h not in self.told]
+        self.cursor = len(self.search.seen)
         self.told.update(new)
         self._add(self.study, new)
         self._bound()
@@ -102,7 +108,8 @@ class _Tpe:
         trial = self.study.ask(search.space.distributions)
         idx = search.space.from_params(trial.params)
         value = float(search.evaluate(idx[None], {"phase": "tpe"})[0])
-        self.told.add(search.space.hash_idx(idx))
+        if (h := search.space.hash_idx(idx)) in search.seen:        # scored, not ruled out before scoring
+            self.told.add(h)
         self.size += 1
         self.study.tell(trial, value) if np.isfinite(value) else self.study.tell(trial, state=TrialState.PRUNED)
         self._bound()
@@ -168,13 +175,13 @@ def run(search: Search) -> Outcome:
         if search.evaluations >= mark and search.best is not None:
             for start in _starts(search, polished):
                 polished.add(search.space.hash_idx(start))
-                climb(search, start, phases=())
+                climb(search, start, phases=(), patience=PATIENCE * int((search.space.sizes > 1).sum()))
                 tpe.tell_seen()
                 if search.stop_reason():
                     break
             mark = search.evaluations + max(int(budget * LATER_EXPLORATION), 1)
         else:
-            if not (MODEL_PICKS and proposals % 2 and _model_pick(search, rng)):
+            if not (proposals % 2 and _model_pick(search, rng)):
                 tpe.propose()
             tpe.tell_seen()
             proposals += 1
