@@ -163,16 +163,14 @@ def main() -> None:
             raise SystemExit("Kernel Tuner is missing: pip install -e '.[perf]' (or pass --methods without its strategies)") from None
     caches = sorted(p for p in args.caches.glob("*.json*") if not p.name.endswith(".t1.json")
                     and (args.only is None or p.name.startswith(tuple(args.only))))
-    jobs = [(c.name, str(c), str(t1) if (t1 := _t1_for(c)) else None, m, s, args.budget)
-            for c in caches for m in methods for s in range(args.seeds)]
-    curves: dict[str, dict[str, list[np.ndarray]]] = {c.name: {m: [] for m in methods} for c in caches}
     with multiprocessing.Pool(args.jobs) as pool:
-        for name, method, fraction in pool.imap_unordered(_run, jobs):
-            curves[name][method].append(fraction)
-    for cache in caches:
-        t1 = _t1_for(cache)
-        _report(f"{cache.name}" + (f" (restrictions of {t1.name})" if t1 else " (no T1 file: no restrictions)"), curves[cache.name],
-                args.budget)
+        for cache in caches:                                # each cache's table as soon as its runs are done
+            t1 = _t1_for(cache)
+            jobs = [(cache.name, str(cache), str(t1) if t1 else None, m, s, args.budget) for m in methods for s in range(args.seeds)]
+            curves: dict[str, list[np.ndarray]] = {m: [] for m in methods}
+            for _, method, fraction in pool.imap_unordered(_run, jobs):
+                curves[method].append(fraction)
+            _report(f"{cache.name}" + (f" (restrictions of {t1.name})" if t1 else " (no T1 file: no restrictions)"), curves, args.budget)
 
 
 if __name__ == "__main__":
