@@ -141,7 +141,7 @@ def checkpoint_reach() -> None:
           f"best after 300: {int(min(values))}")
 
 
-def growth(seeds: int = 2) -> None:
+def growth(seeds: int = 1) -> None:
     """ms/trial of quick at 500 and at 5,000 evaluations, each with a durable SQLite history."""
     figures = {}
     for budget in (500, 5000):

@@ -141,12 +141,12 @@ def build(workspace: Path, history: str | None = None) -> MCPServer:
         fixture: Annotated[str | None, Field(description="fixture to start from, e.g. tensor_plan_iteration2_neighborhood_best")] = None,
         plan: PlanRef = None,
         strategy: Annotated[Literal["checkpoint", "focused"], Field(
-            description="checkpoint: steps through singles, coupled and repaired moves, then pairs and a bounded grid; "
+            description="checkpoint: steps through singles, learned joint and repaired moves, then pairs and a bounded grid; "
                         "focused: sweep around the best")] = "checkpoint",
         include_final: IncludeFinal = True, max_evals: MaxEvals = 2000, time_s: TimeBudget = None,
     ) -> ToolResult:
         """Local search around a fixture or plan: first-improvement steps through single mutations, joint moves of
-        coupled knobs and repaired infeasible moves, then pairs and a bounded grid, repeated until no neighbour
+        knob pairs learned to interact and repaired infeasible moves, then pairs and a bounded grid, repeated until no neighbour
         improves. Resumes and reuses the history cache."""
         return await server.call(ctx, "local_neighborhood_search", fixture=fixture, plan=plan, strategy=strategy,
                                  include_final=include_final, max_evals=max_evals or 2000, time_s=time_s or DEFAULT_SEARCH_SECONDS)
