@@ -81,6 +81,12 @@ def rows_of(result: Evaluations, hashes: list[str], idx: np.ndarray) -> list[Row
             for h, c, ok, m, row in zip(hashes, result.cycles, result.correct, result.max_abs, idx, strict=True)]
 
 
+def _row(record: Any) -> Row:
+    """The :class:`Row` of a ``tuner_evaluations`` record."""
+    return Row(record.plan_hash, record.best_cycles, bool(record.correct), record.max_abs,
+               np.array(json.loads(record.plan), dtype=np.int16))
+
+
 @dataclass
 class TrialRecord:
     """A trial to store: the plan, its dev value (``None`` when pruned) and user attributes."""
@@ -165,9 +171,7 @@ class History:
         rows: dict[str, Row] = {}
         with self.engine.connect() as connection:
             for q in queries:
-                for r in connection.execute(q):
-                    rows[r.plan_hash] = Row(r.plan_hash, r.best_cycles, bool(r.correct), r.max_abs,
-                                            np.array(json.loads(r.plan), dtype=np.int16))
+                rows |= {r.plan_hash: _row(r) for r in connection.execute(q)}
         return rows
 
     def best_cached(self, objective: str, mode: str, limit: int) -> list[Row]:
@@ -176,8 +180,7 @@ class History:
                                            EVALUATIONS.c.correct == 1, EVALUATIONS.c.best_cycles.is_not(None))
                  .order_by(EVALUATIONS.c.best_cycles, EVALUATIONS.c.plan_hash).limit(limit))
         with self.engine.connect() as connection:
-            return [Row(r.plan_hash, r.best_cycles, True, r.max_abs, np.array(json.loads(r.plan), dtype=np.int16))
-                    for r in connection.execute(query)]
+            return [_row(r) for r in connection.execute(query)]
 
     def scored(self, objective: Objective, mode: str, idx: np.ndarray) -> dict[str, Row]:
         """Rows of the configurations ``idx`` in ``mode``: from the cache, the rest scored now and cached."""

@@ -10,6 +10,7 @@ the joint moves the climb takes and the knobs its grid spans come from here.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from itertools import combinations
 
@@ -82,11 +83,7 @@ def learn(space: Space, idx: np.ndarray, values: np.ndarray) -> Learned:
     importance = np.array([effects[j][X[:, j]].var() for j in range(k)])
     noise = residual.var()
     scored = []
-    for a, b in combinations(range(k), 2):
-        if space.sizes[a] < 2 or space.sizes[b] < 2:
-            continue
-        n_cells = int(space.sizes[a] * space.sizes[b])
-        cells = X[:, a] * space.sizes[b] + X[:, b]
+    for a, b, cells, n_cells in _pair_cells(space, X):
         sums, counts = np.bincount(cells, residual, minlength=n_cells), np.bincount(cells, minlength=n_cells)
         gain = (sums ** 2 / (counts + SHRINK)).sum()
         expected = noise * (counts / (counts + SHRINK)).sum()
@@ -98,17 +95,20 @@ def learn(space: Space, idx: np.ndarray, values: np.ndarray) -> Learned:
                    {(a, b): means for _, a, b, means in scored[:KEPT_PAIRS]}, failures)
 
 
+def _pair_cells(space: Space, idx: np.ndarray) -> Iterator[tuple[int, int, np.ndarray, int]]:
+    """For every pair of varying knobs ``(a, b)``: each configuration's joint cell index, and the number of cells."""
+    for a, b in combinations(range(len(space.knobs)), 2):
+        if space.sizes[a] > 1 and space.sizes[b] > 1:
+            yield a, b, idx[:, a] * space.sizes[b] + idx[:, b], int(space.sizes[a] * space.sizes[b])
+
+
 def _failures(space: Space, idx: np.ndarray, failed: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
     """Per pair of knobs, the failure rate of each joint cell, shrunk to the overall rate (empty when nothing failed)."""
     if not failed.any() or failed.all():
         return {}
-    idx, prior = idx.astype(np.intp), failed.mean()
+    prior = failed.mean()
     out = {}
-    for a, b in combinations(range(len(space.knobs)), 2):
-        if space.sizes[a] < 2 or space.sizes[b] < 2:
-            continue
-        n_cells = int(space.sizes[a] * space.sizes[b])
-        cells = idx[:, a] * space.sizes[b] + idx[:, b]
+    for a, b, cells, n_cells in _pair_cells(space, idx.astype(np.intp)):
         fails, counts = np.bincount(cells, failed, minlength=n_cells), np.bincount(cells, minlength=n_cells)
         out[(a, b)] = ((fails + SHRINK * prior) / (counts + SHRINK)).reshape(space.sizes[a], space.sizes[b])
     return out
