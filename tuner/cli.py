@@ -95,7 +95,9 @@ COMMANDS: dict[str, Command] = {
     "rollback": (service.rollback, lambda p: (p.add_argument("--backup", default=None),
                                               p.add_argument("--dry-run", type=_bool, default=False)), "restore the latest backup"),
     "export_candidate_fixture": (service.export_candidate_fixture, lambda p: (
-        p.add_argument("--name", required=True), _plan_arg(p), p.add_argument("--note", default="")), "write fixtures/NAME.json"),
+        p.add_argument("--name", required=True), _plan_arg(p), p.add_argument("--note", default=""),
+        p.add_argument("--overwrite", action="store_true", help="replace an existing fixture (a backup is kept)")),
+        "write a new fixtures/NAME.json"),
     "compare_history": (service.compare_history, lambda p: p.add_argument("--limit", type=_positive_int, default=10),
                         "current plan vs fixtures and studies"),
     "rank_experiments": (service.rank_experiments, lambda p: None, "studies ranked by best verified final"),
@@ -154,8 +156,11 @@ def main(argv: list[str] | None = None) -> int:
     function, _, _ = COMMANDS[args.command]
     kwargs = {k: v for k, v in vars(args).items() if k not in ("workspace", "history", "objective", "space", "json", "command")}
     try:
-        ctx = service.Context.create(args.workspace, args.history, args.objective, args.space)
-        result = function(ctx, **kwargs)
+        ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command)
+        try:
+            result = function(ctx, **kwargs)
+        finally:
+            ctx.close()
     except INPUT_ERRORS as exc:
         print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
         return 2

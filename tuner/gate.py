@@ -8,7 +8,6 @@ backup and is atomic; :func:`rollback` restores the latest backup. Nothing here 
 
 from __future__ import annotations
 
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -17,9 +16,7 @@ import numpy as np
 from tuner.objectives import Objective
 from tuner.search import number
 from tuner.space import Config
-from tuner.workspace import Workspace, WorkspaceError, atomic_write
-
-BACKUP_DIR = ".harnessgym/backups"
+from tuner.workspace import BACKUP_DIR, PLAN_FILE, Workspace, WorkspaceError, quoted
 
 
 def measure(objective: Objective, plan: Config) -> dict[str, dict[str, Any]]:
@@ -63,20 +60,14 @@ def gate(objective: Objective, workspace: Workspace, candidate: Config,
             "candidate": cand_metrics, "current": current_metrics, "diff": space.diff(current, candidate)}
 
 
-def _stamp() -> str:
-    return datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
-
-
 def apply(objective: Objective, workspace: Workspace, candidate: Config, dry_run: bool = True,
           current_metrics: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
     """Gate ``candidate`` and, unless ``dry_run``, write it as ``kernel_plan.json`` (backup kept)."""
     report = gate(objective, workspace, candidate, current_metrics)
     report |= {"dry_run": dry_run, "applied": False, "backup": None}
     if report["passed"] and not dry_run:
-        backup = workspace.path(f"{BACKUP_DIR}/kernel_plan.{_stamp()}.json")
-        atomic_write(backup, workspace.plan_path.read_text(encoding="utf-8"))
-        atomic_write(workspace.plan_path, objective.space.to_json(candidate))
-        report |= {"applied": True, "backup": str(backup.relative_to(workspace.root))}
+        backup = workspace.write("plan", PLAN_FILE, objective.space.to_json(candidate), backup_name="kernel_plan")
+        report |= {"applied": True, "backup": backup}
     return report
 
 
@@ -99,12 +90,11 @@ def rollback(workspace: Workspace, backup: str | None = None, dry_run: bool = Tr
     else:
         source = workspace.path(backup)
         if not source.is_file() or source.parent != (workspace.root / BACKUP_DIR).resolve():
-            raise WorkspaceError(f"{backup!r} is not a backup in {BACKUP_DIR}")
+            raise WorkspaceError(f"{quoted(backup)} is not a backup in {BACKUP_DIR}")
     text = source.read_text(encoding="utf-8")
     report: dict[str, Any] = {"restored_from": str(Path(source).relative_to(workspace.root)), "dry_run": dry_run, "rolled_back": False}
     if not dry_run:
-        atomic_write(workspace.path(f"{BACKUP_DIR}/rolled-back.{_stamp()}.json"), workspace.plan_path.read_text(encoding="utf-8"))
-        atomic_write(workspace.plan_path, text)
+        workspace.write("plan", PLAN_FILE, text, backup_name="rolled-back")
         source.unlink()
         report["rolled_back"] = True
     return report

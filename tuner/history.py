@@ -25,6 +25,7 @@ from optuna.trial import TrialState
 from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, Text, create_engine, event, func, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.pool import NullPool, StaticPool
 
 from tuner.objectives.base import Evaluations, Objective
 from tuner.space import Space
@@ -120,18 +121,27 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def _sqlite_engine(url: str) -> Engine:
-    path = url.split("sqlite:///", 1)[1]
-    if path and path != ":memory:":
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-    engine = create_engine(url, connect_args={"timeout": 60})
+def _sqlite_file_exists(url: str) -> bool:
+    path = url.split("sqlite:///", 1)[-1] if "sqlite:///" in url else ""
+    return bool(path) and path != ":memory:" and Path(path).is_file()
+
+
+def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
+    if url == "sqlite://":
+        engine = create_engine(url, poolclass=StaticPool)        # one in-memory database for every connection
+    else:
+        path = url.split("sqlite:///", 1)[1]
+        if path and path != ":memory:" and not read_only:
+            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        engine = create_engine(url, connect_args={"timeout": 60}, poolclass=NullPool if read_only else None)
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
         dbapi_connection.isolation_level = None            # we issue BEGIN ourselves
         dbapi_connection.execute("PRAGMA busy_timeout = 60000")
-        dbapi_connection.execute("PRAGMA journal_mode = WAL")       # persistent; a no-op once set
-        dbapi_connection.execute("PRAGMA synchronous = NORMAL")
+        if not read_only:
+            dbapi_connection.execute("PRAGMA journal_mode = WAL")       # persistent; a no-op once set
+            dbapi_connection.execute("PRAGMA synchronous = NORMAL")
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
@@ -141,22 +151,33 @@ def _sqlite_engine(url: str) -> Engine:
 
 
 class History:
-    """The history database at ``url`` (created on first use)."""
+    """The history database at ``url`` (created on first use). ``read_only``: nothing is ever written,
+    and a SQLite file that does not exist yet reads as an empty history (it is not created)."""
 
-    def __init__(self, url: str) -> None:
-        self.url = url
+    def __init__(self, url: str, read_only: bool = False) -> None:
+        self.url, self.read_only = url, read_only
         self.sqlite = url.startswith("sqlite")
+        if read_only and self.sqlite and not _sqlite_file_exists(url):
+            url = "sqlite://"                                # an empty history, in memory
         try:
-            self.engine = _sqlite_engine(url) if self.sqlite else create_engine(url)
-            _META.create_all(self.engine)
-            self.storage = self._optuna_storage()
+            self.engine = _sqlite_engine(url, read_only) if self.sqlite else create_engine(url)
+            if not read_only or url == "sqlite://":
+                _META.create_all(self.engine)
+            self.storage = self._optuna_storage(url)
         except SQLAlchemyError as exc:
             raise HistoryError(f"cannot open history {url!r}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from None
 
-    def _optuna_storage(self) -> optuna.storages.RDBStorage:
-        kwargs = {"connect_args": {"timeout": 60}} if self.sqlite else {}
-        return _retry(lambda: optuna.storages.RDBStorage(self.url, engine_kwargs=kwargs),   # first use may race on the schema
+    def _optuna_storage(self, url: str) -> optuna.storages.RDBStorage:
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if self.sqlite else {}
+        if self.read_only and url != "sqlite://":
+            kwargs["poolclass"] = NullPool                   # no connection outlives a read (no lingering -wal/-shm files)
+        return _retry(lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs),   # first use may race on the schema
                       (SQLAlchemyError, optuna.exceptions.StorageInternalError, RuntimeError), attempts=20, pause_s=0.1)
+
+    def close(self) -> None:
+        """Close every connection (on SQLite the last one folds the write-ahead log into the file)."""
+        self.engine.dispose()
+        self.storage.engine.dispose()
 
     # --- evaluation cache -------------------------------------------------------------------
 
@@ -183,13 +204,14 @@ class History:
             return [_row(r) for r in connection.execute(query)]
 
     def scored(self, objective: Objective, mode: str, idx: np.ndarray) -> dict[str, Row]:
-        """Rows of the configurations ``idx`` in ``mode``: from the cache, the rest scored now and cached."""
+        """Rows of the configurations ``idx`` in ``mode``: from the cache, the rest scored now (and cached unless read-only)."""
         hashes = [objective.space.hash_idx(row) for row in idx]
         found = self.cached(objective.name, mode, hashes)
         todo = sorted({h: i for i, h in enumerate(hashes) if h not in found}.values())
         if todo:
             rows = rows_of(objective.evaluate(idx[todo], mode), [hashes[i] for i in todo], idx[todo])
-            self.write(objective.name, mode, rows)
+            if not self.read_only:
+                self.write(objective.name, mode, rows)
             found |= {r.plan_hash: r for r in rows}
         return found
 
@@ -228,6 +250,8 @@ class History:
               trials: list[TrialRecord] = (), sweep: dict[str, Any] | None = None,  # type: ignore[assignment]
               space: Space | None = None) -> None:
         """Store evaluations, trials (of configurations of ``space``) and a sweep record in one transaction."""
+        if self.read_only:
+            raise HistoryError("this history is opened read-only (the tool declares no history writes)")
         def transaction() -> None:
             with self.engine.begin() as connection:
                 self._write(connection, objective, mode, rows, study_id, list(trials), sweep, space)

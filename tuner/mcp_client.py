@@ -23,6 +23,12 @@ class HelperError(ValueError):
     """Bad helper input (unknown server, arguments that are not a JSON object)."""
 
 
+def manifest_command(command: str) -> str:
+    """The program to start for a manifest's ``command``: a bare ``python3``/``python`` is this interpreter
+    (the environment the package is installed in), not whichever Python comes first on ``PATH``."""
+    return sys.executable if command in ("python3", "python") else command
+
+
 def find_server(root: Path, name: str) -> dict[str, Any]:
     """The ``mcpServers`` entry called ``name`` in the workspace's manifests."""
     known = []
@@ -61,7 +67,7 @@ async def call(root: Path, server: str, tool: str, arguments: dict[str, Any], ti
 
     entry = find_server(root, server)
     env = {k: os.environ[k] for k in PASSED_ENV if k in os.environ} | {k: str(v) for k, v in entry.get("env", {}).items()}
-    params = StdioServerParameters(command=entry["command"], args=list(entry.get("args", [])), env=env, cwd=str(root))
+    params = StdioServerParameters(command=manifest_command(entry["command"]), args=list(entry.get("args", [])), env=env, cwd=str(root))
     async with Client(params, read_timeout_seconds=timeout) as client:
         result = await client.call_tool(tool, arguments)
     text = " ".join(getattr(block, "text", "") for block in result.content)

@@ -14,17 +14,19 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from tuner.mcp_client import manifest_command
 from tuner.workspace import MANIFEST, Workspace, atomic_write
 
 CLIENT_FILES = {"claude": ".mcp.json", "vscode": ".vscode/mcp.json", "codex": ".codex/config.toml"}
 
 
 def server_entry(workspace: Workspace) -> tuple[str, dict[str, Any]]:
-    """The manifest's server, with its launcher made absolute so any working folder works."""
+    """The manifest's server, with its interpreter and launcher made absolute so any working folder
+    and any client environment works."""
     servers = json.loads((workspace.root / MANIFEST).read_text(encoding="utf-8"))["mcpServers"]
     name, entry = next(iter(servers.items()))
     args = [str(workspace.root / a) if a.endswith(".py") else a for a in entry.get("args", [])]
-    return name, {"command": entry["command"], "args": args, "env": dict(entry.get("env", {}))}
+    return name, {"command": manifest_command(entry["command"]), "args": args, "env": dict(entry.get("env", {}))}
 
 
 def _toml(name: str, entry: dict[str, Any], cwd: Path) -> str:

@@ -1,11 +1,13 @@
 """The tensor-plan MCP server: the tool suite agents call, over stdio.
 
-Each tool is a thin face of the service function of the same name: typed, described arguments;
-a structured result (the same object ``python -m tuner ... --json`` prints); annotations saying
-whether it reads, writes or repeats harmlessly; an error result naming the argument, the value and
-what is allowed. Long searches run in a worker thread with a time budget (50 s unless asked, so
-a client's 60 s default is not outlived), report progress and stop when the call is cancelled.
-Nothing but the protocol goes to stdout; heavy modules load on the first call.
+Each tool is a thin face of the service function of the same name: typed, described and bounded
+arguments; a typed result (:mod:`tuner.mcp_results`, the same object ``python -m tuner ... --json``
+prints) published as its ``outputSchema``; annotations derived from what the tool declares it writes
+(``tuner.service.WRITES``); an error result naming the argument, a short prefix of the value and what
+is allowed. Long searches run in a worker thread with a time budget (50 s unless asked, so a client's
+60 s default is not outlived), report progress and stop when the call is cancelled. An unknown tool
+gets the protocol error ``-32602``. Nothing but the protocol goes to stdout; heavy modules load on
+the first call.
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable
+from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -24,34 +27,47 @@ from mcp.server import MCPServer
 from mcp.server.mcpserver import Context
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.tools import Tool
+from mcp.shared.exceptions import MCPError
 from mcp.types import ToolAnnotations
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictInt
+from mcp_types import INVALID_PARAMS
+from pydantic import Field, StrictBool, StrictInt, StrictStr
 
-from tuner.workspace import RESULT_PATH
+from tuner import mcp_results as R
+from tuner.workspace import LIMITS, MAX_PATH_CHARS, RESULT_PATH, quoted
 
 NAME = "tensor-plan-server"
 DEFAULT_SEARCH_SECONDS = 50.0
+MAX_PLAN_KNOBS = 64                  # keys a plan object may have
+MAX_NOTE = 500                       # characters of a provenance note
+MAX_NAME = 100                       # characters of a fixture, profile or tool name
+MAX_USED = 50                        # tool names record_result may be told
 
-PlanRef = Annotated[str | dict[str, Any] | None, Field(
+PlanRef = Annotated[StrictStr | dict[str, Any] | None, Field(
+    max_length=MAX_PATH_CHARS,
     description="A fixture name (e.g. 'tensor_plan_iteration2_neighborhood_best'), a JSON file inside the workspace, "
-                "or a plan object; omitted: the workspace's kernel_plan.json")]
+                f"or a plan object; omitted: the workspace's kernel_plan.json (a path up to {MAX_PATH_CHARS} characters, "
+                f"an object up to {MAX_PLAN_KNOBS} knobs)")]
+CandidateRef = Annotated[StrictStr | dict[str, Any], Field(max_length=MAX_PATH_CHARS, description="fixture, file or plan object")]
 Mode = Annotated[Literal["dev", "final"], Field(description="dev: fast objective; final: held-out authority")]
 DryRun = Annotated[StrictBool, Field(description="true (default): only report what the gate decides; false: write it")]
-TimeBudget = Annotated[float | None, Field(gt=0, description="seconds the search may run (default 50)")]
-MaxEvals = Annotated[StrictInt | None, Field(gt=0, description="new plans the search may score")]
+TimeBudget = Annotated[float | None, Field(gt=0, le=LIMITS["time_s"], allow_inf_nan=False, strict=True,
+                                           description=f"seconds the search may run (default 50, at most {LIMITS['time_s']:,})")]
+MaxEvals = Annotated[StrictInt | None, Field(gt=0, le=LIMITS["max_evals"],
+                                             description=f"new plans the search may score (at most {LIMITS['max_evals']:,})")]
 IncludeFinal = Annotated[StrictBool, Field(description="check the dev winners in final mode too")]
+Name = Annotated[StrictStr, Field(max_length=MAX_NAME, description="letters, digits, '_', '-', '.'")]
+Rows = Annotated[StrictInt, Field(gt=0, le=LIMITS["limit"], description=f"rows to list (at most {LIMITS['limit']})")]
 
 
-class ToolResult(BaseModel):
-    """The service function's result object (keys depend on the tool)."""
+def annotations(tool: str) -> ToolAnnotations:
+    """The hints of ``tool``, from what it declares it writes (``tuner.service.WRITES``): read-only when
+    nothing; destructive when it may replace a workspace file (always keeping a backup); idempotent when
+    it only adds to the history (a repeated search resumes)."""
+    from tuner.service import WRITES
 
-    model_config = ConfigDict(extra="allow")
-
-
-READ = ToolAnnotations(read_only_hint=True, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
-SEARCH = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=True, open_world_hint=False)
-WRITE = ToolAnnotations(read_only_hint=False, destructive_hint=True, idempotent_hint=False, open_world_hint=False)
-CREATE = ToolAnnotations(read_only_hint=False, destructive_hint=False, idempotent_hint=False, open_world_hint=False)
+    writes = WRITES[tool]
+    return ToolAnnotations(read_only_hint=not writes, destructive_hint=bool(writes - {"history"}),
+                           idempotent_hint=writes <= {"history"}, open_world_hint=False)
 
 
 class Server:
@@ -60,8 +76,9 @@ class Server:
     def __init__(self, workspace: Path, history: str | None = None) -> None:
         self.workspace, self.history = workspace, history
 
-    async def call(self, ctx: Context | None, function: str, /, **kwargs: Any) -> ToolResult:
-        """Run ``service.<function>`` in a worker thread; errors become tool errors."""
+    async def call(self, ctx: Context | None, function: str, /, **kwargs: Any) -> Any:
+        """Run ``service.<function>`` in a worker thread; errors become tool errors. The result is the
+        service's object, which the SDK validates against the tool's result model."""
         stop = threading.Event()
         last = [0.0]
 
@@ -75,26 +92,51 @@ class Server:
         def work() -> dict[str, Any]:
             from tuner import service
 
-            context = service.Context.create(self.workspace, self.history, progress=progress, should_stop=stop.is_set)
-            return getattr(service, function)(context, **kwargs)
+            context = service.Context.create(self.workspace, self.history, tool=function, progress=progress, should_stop=stop.is_set)
+            try:
+                return getattr(service, function)(context, **kwargs)
+            finally:
+                context.close()
 
+        for name, value in kwargs.items():                 # plan objects: bounded before any work
+            if isinstance(value, dict) and len(value) > MAX_PLAN_KNOBS:
+                raise ToolError(f"{name} has {len(value)} keys; a plan object has at most {MAX_PLAN_KNOBS}")
         try:
-            result = await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
+            return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
         except ToolError:
             raise
         except Exception as exc:
             raise ToolError(_message(exc)) from None
         finally:
             stop.set()
-        return ToolResult(**result)
 
 
 def _message(exc: Exception) -> str:
+    """The error text a client sees: input errors as they are (short value prefixes, workspace-relative
+    paths); anything else by its class and a short message with no path of this machine."""
     from tuner.cli import INPUT_ERRORS
 
     if isinstance(exc, INPUT_ERRORS):
         return str(exc)
-    return f"{exc.__class__.__name__}: {exc}"
+    if isinstance(exc, OSError):
+        return f"{exc.__class__.__name__}: {exc.strerror or 'operating system error'}"
+    return f"{exc.__class__.__name__}: {str(exc)[:300]}"
+
+
+class _Server(MCPServer):
+    """The SDK's server, answering an unknown tool with the protocol error the MCP spec asks for."""
+
+    async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
+        if self._tool_manager.get_tool(name) is None:
+            raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {quoted(name)}")
+        return await super().call_tool(name, arguments, context)
+
+
+def package_version() -> str:
+    try:
+        return version("tensor-plan-optimizer")
+    except PackageNotFoundError:                      # run from a checkout that was never installed
+        return "0+unknown"
 
 
 def build(workspace: Path, history: str | None = None) -> MCPServer:
@@ -102,131 +144,133 @@ def build(workspace: Path, history: str | None = None) -> MCPServer:
     server = Server(workspace, history)
     tools: list[Tool] = []
 
-    def tool(annotations: ToolAnnotations) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-        def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-            made = Tool.from_function(fn, annotations=annotations, structured_output=True)
-            model = made.fn_metadata.arg_model                          # refuse unknown arguments
-            model.model_config["extra"] = "forbid"
-            model.model_rebuild(force=True)
-            made.parameters["additionalProperties"] = False
-            tools.append(made)
-            return fn
-        return register
+    def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
+        made = Tool.from_function(fn, annotations=annotations(fn.__name__), structured_output=True)
+        model = made.fn_metadata.arg_model                          # refuse unknown arguments
+        model.model_config["extra"] = "forbid"
+        model.model_rebuild(force=True)
+        made.parameters["additionalProperties"] = False
+        tools.append(made)
+        return fn
 
-    @tool(READ)
-    async def run_objective(ctx: Context, mode: Mode = "dev", plan: PlanRef = None) -> ToolResult:
+    @tool
+    async def run_objective(ctx: Context, mode: Mode = "dev", plan: PlanRef = None) -> R.RunObjectiveResult:
         """Benchmark a plan (default: kernel_plan.json) in one mode: best_cycles (lower is better), correct, per-case cycles."""
         return await server.call(ctx, "run_objective", mode=mode, plan=plan)
 
-    @tool(READ)
-    async def trace_summary(ctx: Context, plan: PlanRef = None, mode: Mode = "dev") -> ToolResult:
+    @tool
+    async def trace_summary(ctx: Context, plan: PlanRef = None, mode: Mode = "dev") -> R.TraceSummaryResult:
         """Where a plan's cycles go: components (bank conflicts, DMA penalties, spills, scratchpad pressure...), the
         hotspot case, register/scratchpad pressure, DMA efficiency and synergies."""
         return await server.call(ctx, "trace_summary", plan=plan, mode=mode)
 
-    @tool(READ)
-    async def validate_plan(ctx: Context, plan: PlanRef = None) -> ToolResult:
+    @tool
+    async def validate_plan(ctx: Context, plan: PlanRef = None) -> R.ValidatePlanResult:
         """Check a plan against the schema and feasibility in both modes, with actionable reasons."""
         return await server.call(ctx, "validate_plan", plan=plan)
 
-    @tool(READ)
-    async def resume_search_history(ctx: Context, limit: Annotated[StrictInt, Field(gt=0, le=100, description="seeds to list")] = 5
-                                    ) -> ToolResult:
+    @tool
+    async def resume_search_history(ctx: Context, limit: Rows = 5) -> R.ResumeResult:
         """Best seeds from fixtures and history (verified in both modes) and the searches already run."""
         return await server.call(ctx, "resume_search_history", limit=limit)
 
-    @tool(SEARCH)
+    @tool
     async def local_neighborhood_search(
         ctx: Context,
-        fixture: Annotated[str | None, Field(description="fixture to start from, e.g. tensor_plan_iteration2_neighborhood_best")] = None,
+        fixture: Annotated[StrictStr | None, Field(
+            max_length=MAX_NAME, description="fixture to start from, e.g. tensor_plan_iteration2_neighborhood_best")] = None,
         plan: PlanRef = None,
         strategy: Annotated[Literal["checkpoint", "focused"], Field(
             description="checkpoint: steps through singles, learned joint and repaired moves, then pairs and a bounded grid; "
                         "focused: sweep around the best")] = "checkpoint",
         include_final: IncludeFinal = True, max_evals: MaxEvals = 2000, time_s: TimeBudget = None,
-    ) -> ToolResult:
+    ) -> R.LocalSearchResult:
         """Local search around a fixture or plan: first-improvement steps through single mutations, joint moves of
         knob pairs learned to interact and repaired infeasible moves, then pairs and a bounded grid, repeated until no neighbour
         improves. Resumes and reuses the history cache."""
         return await server.call(ctx, "local_neighborhood_search", fixture=fixture, plan=plan, strategy=strategy,
                                  include_final=include_final, max_evals=max_evals or 2000, time_s=time_s or DEFAULT_SEARCH_SECONDS)
 
-    @tool(SEARCH)
+    @tool
     async def bounded_exhaustive_search(
         ctx: Context,
-        profile: Annotated[str, Field(description="profile name in studies/: iteration3_dev_core or iteration3_layout_relaxed")],
+        profile: Annotated[StrictStr, Field(max_length=MAX_NAME,
+                                            description="profile name in studies/: iteration3_dev_core or iteration3_layout_relaxed")],
         max_evals: MaxEvals = None, include_final: IncludeFinal = True, time_s: TimeBudget = None,
-    ) -> ToolResult:
+    ) -> R.ExhaustiveSearchResult:
         """Score every plan of a named profile in batches (resumable); include_final checks the dev winners in final mode."""
         return await server.call(ctx, "bounded_exhaustive_search", profile=profile, max_evals=max_evals,
                                  include_final=include_final, time_s=time_s or DEFAULT_SEARCH_SECONDS)
 
-    @tool(SEARCH)
+    @tool
     async def search_plans(
         ctx: Context,
         strategy: Annotated[Literal["quick", "focused"],
                             Field(description="quick: seeded TPE + polish; focused: sweep around the best")] = "quick",
         max_evals: MaxEvals = 500, time_s: TimeBudget = None,
-        seed: Annotated[StrictInt, Field(ge=0, description="random seed (quick)")] = 0, include_final: IncludeFinal = True,
-    ) -> ToolResult:
+        seed: Annotated[StrictInt, Field(ge=0, le=2**31 - 1, description="random seed (quick)")] = 0, include_final: IncludeFinal = True,
+    ) -> R.SearchResult:
         """Broader search: quick (Optuna TPE, seeded, then local polish) or focused (deterministic sweep around the best region)."""
         return await server.call(ctx, "search_plans", strategy=strategy, max_evals=max_evals or 500,
                                  time_s=time_s or DEFAULT_SEARCH_SECONDS, seed=seed, include_final=include_final)
 
-    @tool(READ)
-    async def candidate_diff(ctx: Context, candidate: Annotated[str | dict[str, Any], Field(description="fixture, file or plan object")],
-                             against: PlanRef = None) -> ToolResult:
+    @tool
+    async def candidate_diff(ctx: Context, candidate: CandidateRef, against: PlanRef = None) -> R.CandidateDiffResult:
         """Knobs that differ between a candidate and a plan (default: kernel_plan.json), with dev/final deltas."""
         return await server.call(ctx, "candidate_diff", candidate=candidate, against=against)
 
-    @tool(READ)
-    async def benchmark_plan(ctx: Context, plan: PlanRef = None,
-                             modes: Annotated[list[Literal["dev", "final"]] | None, Field(description="default ['dev', 'final']")] = None
-                             ) -> ToolResult:
+    @tool
+    async def benchmark_plan(
+        ctx: Context, plan: PlanRef = None,
+        modes: Annotated[list[Literal["dev", "final"]] | None, Field(max_length=2, description="default ['dev', 'final']")] = None,
+    ) -> R.BenchmarkPlanResult:
         """Benchmark a plan in several modes; correct_in_all says whether it passes everywhere."""
         return await server.call(ctx, "benchmark_plan", plan=plan, modes=modes)
 
-    @tool(WRITE)
-    async def apply_candidate(ctx: Context, plan: Annotated[str | dict[str, Any], Field(description="fixture, file or plan object")],
-                              dry_run: DryRun = True) -> ToolResult:
+    @tool
+    async def apply_candidate(ctx: Context, plan: CandidateRef, dry_run: DryRun = True) -> R.GateResult:
         """Gate a candidate (correct in both modes, better dev, final not worse) and, with dry_run=false, write it to
         kernel_plan.json atomically with a timestamped backup."""
         return await server.call(ctx, "apply_candidate", plan=plan, dry_run=dry_run)
 
-    @tool(WRITE)
-    async def apply_best_verified(ctx: Context, dry_run: DryRun = True) -> ToolResult:
+    @tool
+    async def apply_best_verified(ctx: Context, dry_run: DryRun = True) -> R.GateResult:
         """Apply the best fixture or history plan that passes the gate (dry run unless dry_run=false)."""
         return await server.call(ctx, "apply_best_verified", dry_run=dry_run)
 
-    @tool(CREATE)
+    @tool
     async def export_candidate_fixture(
-        ctx: Context, name: Annotated[str, Field(description="fixture name: letters, digits, '_', '-', '.'")],
-        plan: PlanRef = None, note: Annotated[str, Field(max_length=500, description="provenance note")] = "",
-    ) -> ToolResult:
-        """Write fixtures/NAME.json with the plan, its metrics in both modes and its provenance, to seed the next attempt."""
-        return await server.call(ctx, "export_candidate_fixture", name=name, plan=plan, note=note)
+        ctx: Context, name: Name, plan: PlanRef = None,
+        note: Annotated[StrictStr, Field(max_length=MAX_NOTE, description="provenance note")] = "",
+        overwrite: Annotated[StrictBool, Field(description="replace an existing fixture (its backup is kept); default false")] = False,
+    ) -> R.ExportResult:
+        """Write a new fixtures/NAME.json with the plan, its metrics in both modes and its provenance, to seed the next attempt.
+        An existing fixture is replaced only with overwrite=true, keeping a backup."""
+        return await server.call(ctx, "export_candidate_fixture", name=name, plan=plan, note=note, overwrite=overwrite)
 
-    @tool(READ)
-    async def compare_history(ctx: Context, limit: Annotated[StrictInt, Field(gt=0, le=100, description="rows")] = 10) -> ToolResult:
+    @tool
+    async def compare_history(ctx: Context, limit: Rows = 10) -> R.CompareResult:
         """The current plan beside fixtures and every study's best, so the best explored candidate is not lost."""
         return await server.call(ctx, "compare_history", limit=limit)
 
-    @tool(READ)
-    async def rank_experiments(ctx: Context) -> ToolResult:
+    @tool
+    async def rank_experiments(ctx: Context) -> R.RankResult:
         """Studies ranked by their best verified final best_cycles."""
         return await server.call(ctx, "rank_experiments")
 
-    @tool(CREATE)
+    @tool
     async def record_result(
         ctx: Context,
-        path: Annotated[str, Field(description="result JSON inside the workspace")] = RESULT_PATH,
-        used: Annotated[list[str] | None, Field(description="extra tool names to record as used")] = None,
-    ) -> ToolResult:
+        path: Annotated[StrictStr, Field(max_length=MAX_PATH_CHARS, description="result JSON inside the workspace (a new file or an "
+                                                                                "earlier result, which is backed up)")] = RESULT_PATH,
+        used: Annotated[list[Name] | None, Field(max_length=MAX_USED, description="extra tool names to record as used")] = None,
+    ) -> R.RecordResult:
         """Run the final benchmark and write the iteration result (metrics.best_cycles = metrics.score) with the tools used."""
         return await server.call(ctx, "record_result", path=path, tools=used)
 
-    return MCPServer(NAME, instructions="Tune kernel_plan.json: best_cycles is lower-is-better; dev is the fast objective, "
-                                        "final the authority; correctness needs max_abs <= 2.5e-4 in both modes.", tools=tools)
+    return _Server(NAME, version=package_version(),
+                   instructions="Tune kernel_plan.json: best_cycles is lower-is-better; dev is the fast objective, "
+                                "final the authority; correctness needs max_abs <= 2.5e-4 in both modes.", tools=tools)
 
 
 READ_ONLY_TOOLS = ("run_objective", "trace_summary", "validate_plan", "resume_search_history", "candidate_diff",

@@ -44,14 +44,16 @@ def parse_plan_text(text: str, source: str = "plan") -> Plan:
     return validate_plan(data)
 
 
-def load_plan(path: str | Path) -> Plan:
-    """Read and validate a plan file; a missing or unreadable file is a :class:`PlanError` too."""
+def load_plan(path: str | Path, label: str | None = None) -> Plan:
+    """Read and validate a plan file; a missing or unreadable file is a :class:`PlanError` too.
+    Messages name the file by ``label`` (default: the path as given)."""
     path = Path(path)
+    name = label if label is not None else str(path)
     try:
         text = path.read_text(encoding="utf-8")
     except (OSError, UnicodeDecodeError) as exc:
-        raise PlanError(f"cannot read plan {str(path)!r}: {exc.strerror if isinstance(exc, OSError) else exc}") from None
-    return parse_plan_text(text, source=f"plan {str(path)!r}")
+        raise PlanError(f"cannot read plan {name!r}: {exc.strerror if isinstance(exc, OSError) else 'not UTF-8 text'}") from None
+    return parse_plan_text(text, source=f"plan {name!r}")
 
 
 def plan_json(plan: Plan) -> str:

@@ -12,7 +12,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from pathlib import Path
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 import numpy as np
@@ -31,11 +31,25 @@ from tuner.strategies import STRATEGIES
 from tuner.task.benchmark import case_indicators, infeasibility
 from tuner.task.suites import MODES
 from tuner.task.trace import COMPONENTS
-from tuner.workspace import MANIFEST, RESULT_PATH, SERVER_DIR, TELEMETRY, Workspace, WorkspaceError, atomic_write, check_name
+from tuner.workspace import LIMITS, MANIFEST, RESULT_PATH, SERVER_DIR, TELEMETRY, WRITE_KINDS, Workspace, WorkspaceError, check_name, quoted
 
 
 class ServiceError(ValueError):
     """Bad arguments: the message names the argument, the value and what is allowed."""
+
+
+SEARCH_WRITES = frozenset({"history"})
+WRITES: dict[str, frozenset[str]] = {
+    # what each tool may write: "history" (adds evaluations, studies and sweeps), or a workspace write kind
+    # (tuner.workspace.WRITE_KINDS: "plan" through the gate, a new "fixture", the "result" file); none: read-only
+    **dict.fromkeys(("run_objective", "trace_summary", "validate_plan", "benchmark_plan", "candidate_diff",
+                     "resume_search_history", "compare_history", "rank_experiments"), frozenset()),
+    **dict.fromkeys(("local_neighborhood_search", "bounded_exhaustive_search", "search_plans"), SEARCH_WRITES),
+    **dict.fromkeys(("apply_candidate", "apply_best_verified", "rollback"), frozenset({"plan"})),
+    "export_candidate_fixture": frozenset({"fixture"}),
+    "record_result": frozenset({"result"}),
+    "run": frozenset({"history", "plan", "fixture"}),
+}
 
 
 @dataclass
@@ -49,30 +63,38 @@ class Context:
     progress: Callable[[int, int, str], None] | None = None
     should_stop: Callable[[], bool] | None = None
     space_path: str | None = None
+    writes_history: bool = True
 
     @classmethod
     def create(cls, workspace: str | Path = ".", history: str | None = None, objective: str = "builtin",
-               space: str | None = None, **kw: Any) -> Context:
+               space: str | None = None, tool: str | None = None, **kw: Any) -> Context:
+        """The context of one call of ``tool`` (its declared :data:`WRITES` only; ``None``: a library user's, every write)."""
         if objective not in ("builtin", "command") and not (objective.startswith("cache:") and len(objective) > 6):
-            raise ServiceError(f"objective {objective!r} is not allowed (allowed: builtin, command, cache:PATH)")
+            raise ServiceError(f"objective {quoted(objective)} is not allowed (allowed: builtin, command, cache:PATH)")
         if space is not None and not objective.startswith("cache:"):
             raise ServiceError("--space applies to a cache objective only (the tensor plan's space is built in)")
-        ws = Workspace.at(workspace)          # the history and the objective are the operator's choice, not tool arguments
+        writes = WRITES[tool] if tool is not None else frozenset({"history", *WRITE_KINDS})
+        ws = Workspace.at(workspace, writes & frozenset(WRITE_KINDS))   # history and objective: the operator's choice, not arguments
         ctx = cls(ws, resolve_url(history if history is not None else ws.root / "studies" / "history.db"), objective,
-                  space_path=space, **kw)
+                  space_path=space, writes_history="history" in writes, **kw)
         if objective.startswith("cache:"):
             _ = ctx.objective                 # read (and check) the cache before any work
         return ctx
 
     @cached_property
     def history(self) -> History:
-        return History(self.history_url)
+        return History(self.history_url, read_only=not self.writes_history)
 
     @cached_property
     def objective(self) -> Objective:
         if self.objective_kind.startswith("cache:"):
             return CacheObjective(self.objective_kind.removeprefix("cache:"), self.space_path)
         return BuiltinObjective() if self.objective_kind == "builtin" else CommandObjective(self.workspace.root)
+
+    def close(self) -> None:
+        """Close the history if this context opened it."""
+        if "history" in self.__dict__:
+            self.history.close()
 
     @property
     def is_plan(self) -> bool:
@@ -88,15 +110,17 @@ class Context:
 def _mode(ctx: Context, mode: str) -> str:
     modes = ctx.objective.modes
     if mode not in modes:
-        raise ServiceError(f"mode {mode!r} is not allowed (allowed: {', '.join(modes)})")
+        raise ServiceError(f"mode {quoted(mode)} is not allowed (allowed: {', '.join(modes)})")
     return mode
 
 
 def _positive(name: str, value: int | float | None, allow_none: bool = True) -> None:
+    """Refuse ``value`` unless it is a finite positive number no larger than ``LIMITS[name]``."""
     if value is None and allow_none:
         return
-    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
-        raise ServiceError(f"{name} must be a positive number, got {value!r}")
+    cap = LIMITS.get(name, float("inf"))
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= cap:
+        raise ServiceError(f"{name} must be a positive number up to {cap:,}, got {quoted(value)}")
 
 
 def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
@@ -113,8 +137,8 @@ def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
     try:
         return space.validate(json.loads(path.read_text(encoding="utf-8")), "configuration"), ref
     except (OSError, json.JSONDecodeError) as exc:
-        raise ServiceError(f"configuration file {ref!r} cannot be read as JSON: {getattr(exc, 'msg', None) or exc.__class__.__name__}")\
-            from None
+        reason = getattr(exc, "msg", None) or exc.__class__.__name__
+        raise ServiceError(f"configuration file {quoted(ref)} cannot be read as JSON: {reason}") from None
 
 
 def _measure(ctx: Context, plan: Plan) -> dict[str, dict[str, Any]]:
@@ -133,7 +157,7 @@ def benchmark_plan(ctx: Context, plan: str | dict[str, Any] | None = None, modes
     """Reports of a plan in each of ``modes`` (default dev and final) with a one-line verdict."""
     modes = list(modes) if modes is not None else list(ctx.objective.modes)
     if not modes or len(set(modes)) != len(modes):
-        raise ServiceError(f"modes must be a non-empty list of distinct modes from {list(ctx.objective.modes)}, got {modes!r}")
+        raise ServiceError(f"modes must be a non-empty list of distinct modes from {list(ctx.objective.modes)}, got {quoted(modes)}")
     resolved, label = _plan(ctx, plan)
     reports = {m: ctx.objective.report(resolved, _mode(ctx, m)) for m in modes}
     return {"plan_source": label, "plan_hash": plan_hash(resolved), "reports": reports,
@@ -216,7 +240,7 @@ def local_neighborhood_search(ctx: Context, fixture: str | None = None, plan: st
     """Local search (``checkpoint``: steps through single, coupled and repaired moves, then pairs and a
     bounded grid, until none improves; or ``focused``) around a fixture or plan (default: the current plan)."""
     if strategy not in ("checkpoint", "focused"):
-        raise ServiceError(f"strategy {strategy!r} is not allowed here (allowed: checkpoint, focused)")
+        raise ServiceError(f"strategy {quoted(strategy)} is not allowed here (allowed: checkpoint, focused)")
     if fixture is not None and plan is not None:
         raise ServiceError("give either fixture or plan, not both")
     _positive("max_evals", max_evals, allow_none=False)
@@ -248,7 +272,7 @@ def search_plans(ctx: Context, strategy: str = "quick", max_evals: int = 500, ti
     """Broad search: ``quick`` (seeded TPE, then a local polish) or ``focused`` (deterministic sweep
     around the best plan the history holds)."""
     if strategy not in ("quick", "focused"):
-        raise ServiceError(f"strategy {strategy!r} is not allowed (allowed: quick, focused)")
+        raise ServiceError(f"strategy {quoted(strategy)} is not allowed (allowed: quick, focused)")
     _positive("max_evals", max_evals, allow_none=False)
     _positive("time_s", time_s)
     start = None
@@ -379,7 +403,7 @@ def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
 
 def _dry_run(value: Any) -> bool:
     if not isinstance(value, bool):
-        raise ServiceError(f"dry_run must be true or false (a boolean), got {value!r}")
+        raise ServiceError(f"dry_run must be true or false (a boolean), got {quoted(value)}")
     return value
 
 
@@ -410,18 +434,22 @@ def rollback(ctx: Context, backup: str | None = None, dry_run: bool = False) -> 
     return gate.rollback(ctx.workspace, backup, _dry_run(dry_run))
 
 
-def export_candidate_fixture(ctx: Context, name: str, plan: str | dict[str, Any] | None = None, note: str = "") -> dict[str, Any]:
-    """Write ``fixtures/NAME.json``: the plan, its metrics in both modes and where it came from."""
+def export_candidate_fixture(ctx: Context, name: str, plan: str | dict[str, Any] | None = None, note: str = "",
+                             overwrite: bool = False) -> dict[str, Any]:
+    """Write a new ``fixtures/NAME.json``: the plan, its metrics in both modes and where it came from
+    (replacing an existing fixture needs ``overwrite``, and keeps a backup)."""
     ctx.tensor_plan_only("export_candidate_fixture")
     check_name(name, "fixture")
+    if not isinstance(overwrite, bool):
+        raise ServiceError(f"overwrite must be true or false (a boolean), got {quoted(overwrite)}")
     resolved, label = _plan(ctx, plan)
-    path = ctx.workspace.path(f"fixtures/{name}.json")
+    relative = f"fixtures/{name}.json"
     fixture = {"name": name, "plan": resolved,
                "metrics": {m: {k: v for k, v in r.items()} for m, r in _measure(ctx, resolved).items()},
                "provenance": {"source": label, "plan_hash": plan_hash(resolved), "objective": ctx.objective.name,
                               "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "note": note}}
-    atomic_write(path, json.dumps(fixture, indent=2) + "\n")
-    return {"fixture": name, "path": str(path.relative_to(ctx.workspace.root)), "metrics": fixture["metrics"]}
+    backup = ctx.workspace.write("fixture", relative, json.dumps(fixture, indent=2) + "\n", replace=overwrite)
+    return {"fixture": name, "path": relative, "backup": backup, "metrics": fixture["metrics"]}
 
 
 def _telemetry_tools(ctx: Context) -> list[str]:
@@ -443,10 +471,10 @@ def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None
     (``metrics.best_cycles`` = ``metrics.score`` = final best_cycles) with the tools used."""
     ctx.tensor_plan_only("record_result")
     if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
-        raise ServiceError(f"tools must be a list of tool names, got {tools!r}")
-    target = ctx.workspace.path(path)
-    if target.suffix != ".json":
-        raise ServiceError(f"path must name a .json file, got {path!r}")
+        raise ServiceError(f"tools must be a list of tool names, got {quoted(tools)}")
+    if not isinstance(path, str) or not path.endswith(".json"):
+        raise ServiceError(f"path must name a .json file, got {quoted(path)}")
+    ctx.workspace.path(path)                           # confined, before the benchmark runs
     plan = ctx.workspace.current_plan()
     final = ctx.objective.report(plan, "final")
     dev = ctx.objective.report(plan, "dev")
@@ -459,12 +487,12 @@ def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None
                           "dev_best_cycles": dev["best_cycles"]},
               "mode": "final", "plan_hash": plan_hash(plan), "plan": plan,
               "used_harness_tools": used, "used_harness_artifacts": artifacts}
-    atomic_write(target, json.dumps(result, indent=2) + "\n")
-    return {"path": str(target.relative_to(ctx.workspace.root)), **result}
+    backup = ctx.workspace.write("result", path, json.dumps(result, indent=2) + "\n")
+    return {"path": str(PurePosixPath(ctx.workspace.path(path).relative_to(ctx.workspace.root))), "backup": backup, **result}
 
 
 __all__ = [
-    "Context", "ServiceError", "apply_best_verified", "apply_candidate", "benchmark_plan", "bounded_exhaustive_search",
+    "WRITES", "Context", "ServiceError", "apply_best_verified", "apply_candidate", "benchmark_plan", "bounded_exhaustive_search",
     "candidate_diff", "compare_history", "export_candidate_fixture", "local_neighborhood_search", "rank_experiments",
     "record_result", "resume_search_history", "rollback", "run_objective", "search_plans", "trace_summary", "validate_plan",
 ]
@@ -479,7 +507,7 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     ctx.tensor_plan_only("run")
     _positive("time_s", time_s, allow_none=False)
     if not isinstance(apply, bool):
-        raise ServiceError(f"apply must be a boolean, got {apply!r}")
+        raise ServiceError(f"apply must be a boolean, got {quoted(apply)}")
     deadline = time.monotonic() + float(time_s)
 
     def left() -> float:

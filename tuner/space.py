@@ -27,7 +27,7 @@ import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
 
 from tuner.expressions import ExpressionError, evaluate, names_in
-from tuner.workspace import WorkspaceError, check_name
+from tuner.workspace import WorkspaceError, check_name, quoted
 
 Kind = Literal["ordinal", "nominal"]
 Value = int | float | str | bool
@@ -48,11 +48,13 @@ def _same(a: Any, b: Any) -> bool:
     return type(a) is type(b) and a == b
 
 
-def _text(value: Any) -> str:
+def _text(value: Any, limit: int = 60) -> str:
+    """JSON text of ``value`` cut to a short prefix (a message never echoes a huge value)."""
     try:
-        return json.dumps(value)
+        text = json.dumps(value)
     except (TypeError, ValueError):
-        return repr(value)
+        text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
 
 
 @dataclass(frozen=True)
@@ -153,7 +155,8 @@ class Space:
         unknown = [str(k) for k in data if k not in self.by_name]
         missing = [k for k in self.names if k not in data]
         if unknown:
-            parts.append(f"unknown knob{'s' if len(unknown) > 1 else ''} {', '.join(map(repr, unknown))} "
+            named = ", ".join(quoted(k) for k in unknown[:5]) + (f" and {len(unknown) - 5} more" if len(unknown) > 5 else "")
+            parts.append(f"unknown knob{'s' if len(unknown) > 1 else ''} {named} "
                          f"(known knobs: {', '.join(self.names)})")
         if len(missing) == 1:
             parts.append(f"missing knob {missing[0]!r} (allowed: {self.by_name[missing[0]].allowed()})")
@@ -259,7 +262,7 @@ def make_knob(name: Any, values: Any, where: str, default: Any = None, kind: Any
     if isinstance(values, range | tuple):
         values = list(values)
     if not isinstance(values, list) or not values:
-        raise SpaceError(f"{where}: knob {name!r}: values must be a non-empty list, got {_text(values)[:60]}")
+        raise SpaceError(f"{where}: knob {name!r}: values must be a non-empty list, got {_text(values)}")
     if len(values) > MAX_VALUES:
         raise SpaceError(f"{where}: knob {name!r} has {len(values)} values (at most {MAX_VALUES})")
     if not all(isinstance(v, int | float | str | bool) for v in values):

@@ -1,7 +1,11 @@
-"""The workspace a tuner works on: confined paths, atomic writes, plan references and fixtures.
+"""The workspace a tuner works on: confined paths, one write policy, plan references and fixtures.
 
 Every path a caller gives is resolved inside the workspace root: ``..`` escapes, absolute paths
-elsewhere and symlinks that lead out are refused. Writes go through a temporary file in the same
+elsewhere and symlinks that lead out are refused. Every write goes through :meth:`Workspace.write`,
+the one place the write policy is enforced: a workspace opened with ``writes`` may write only those
+kinds (``plan``, ``fixture``, ``result``), each only where its kind allows; a write never follows a
+symlink, never touches ``.git/``, the MCP manifests and launchers, profiles or code, and never replaces
+a file without a backup in ``.harnessgym/backups/``. Writes go through a temporary file in the same
 folder, ``fsync`` and ``rename``, so a reader never sees half a file.
 """
 
@@ -11,8 +15,9 @@ import json
 import os
 import re
 import tempfile
-from dataclasses import dataclass
-from pathlib import Path
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from pathlib import Path, PurePosixPath
 from typing import Any
 
 PLAN_FILE = "kernel_plan.json"
@@ -21,25 +26,39 @@ SERVER_DIR = ".harnessgym/mcp/tensor-plan-server"           # the MCP server's m
 MANIFEST = f"{SERVER_DIR}/harnessgym-mcp.json"
 TELEMETRY = ".harnessgym/mcp_calls.jsonl"                   # one line per call of .harnessgym/runtime/mcp_call.py
 RESULT_PATH = ".harnessgym/iteration_result.json"
+BACKUP_DIR = ".harnessgym/backups"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")   # a plain file name stem: fixtures, profiles
+MAX_PATH_CHARS = 512                                        # longest path argument accepted
+LIMITS = {"time_s": 86_400, "max_evals": 10_000_000, "limit": 100}   # largest budgets and row counts a tool accepts
+WRITE_KINDS = ("plan", "fixture", "result")                 # what a workspace write may be
+PROTECTED = (".git", ".harnessgym/mcp", ".harnessgym/runtime", BACKUP_DIR, "studies", "fixtures", "tuner", "tests")
+RESULT_KEYS = {"metrics", "plan_hash", "used_harness_tools"}  # an earlier result file, which a new result may replace
 
 
 class WorkspaceError(ValueError):
     """A path, name or reference the workspace refuses (the message says why)."""
 
 
+def quoted(value: object, limit: int = 60) -> str:
+    """``repr`` of ``value`` cut to a short prefix: error messages never echo a huge argument."""
+    text = repr(value)
+    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+
+
 @dataclass(frozen=True)
 class Workspace:
-    """A folder holding ``kernel_plan.json`` (and usually ``benchmark.py`` and ``fixtures/``)."""
+    """A folder holding ``kernel_plan.json`` (and usually ``benchmark.py`` and ``fixtures/``);
+    ``writes``: the kinds of write allowed through it (none: read-only)."""
 
     root: Path
+    writes: frozenset[str] = field(default=frozenset(WRITE_KINDS))
 
     @classmethod
-    def at(cls, root: str | Path = ".") -> Workspace:
+    def at(cls, root: str | Path = ".", writes: frozenset[str] | tuple[str, ...] = WRITE_KINDS) -> Workspace:
         path = Path(root).resolve()
         if not path.is_dir():
-            raise WorkspaceError(f"workspace {str(root)!r} is not a folder")
-        return cls(path)
+            raise WorkspaceError(f"workspace {quoted(str(root))} is not a folder")
+        return cls(path, frozenset(writes))
 
     @property
     def plan_path(self) -> Path:
@@ -48,13 +67,72 @@ class Workspace:
     def path(self, relative: str | Path) -> Path:
         """``relative`` resolved inside the workspace; :class:`WorkspaceError` if it would leave it."""
         text = str(relative)
-        if not text or "\x00" in text:
-            raise WorkspaceError(f"path {text!r} is empty or malformed")
+        if not text or "\x00" in text or len(text) > MAX_PATH_CHARS:
+            raise WorkspaceError(f"path {quoted(text)} is empty, malformed or longer than {MAX_PATH_CHARS} characters")
         candidate = Path(text)
         resolved = (candidate if candidate.is_absolute() else self.root / candidate).resolve()
         if not resolved.is_relative_to(self.root):
-            raise WorkspaceError(f"path {text!r} leads outside the workspace {str(self.root)!r}")
+            raise WorkspaceError(f"path {quoted(text)} leads outside the workspace")
         return resolved
+
+    # --- the write policy ---------------------------------------------------------------------
+
+    def write(self, kind: str, relative: str, text: str, replace: bool = True, backup_name: str | None = None) -> str | None:
+        """Write ``text`` to ``relative`` as a write of ``kind`` (atomically); returns the backup kept of the
+        file it replaced (workspace-relative), or ``None`` for a new file.
+
+        ``replace=False`` refuses an existing file; ``backup_name`` names the backup (default: the path's).
+        :class:`WorkspaceError` when the workspace does not allow ``kind`` or the path is not one it may write.
+        """
+        if kind not in self.writes:
+            raise WorkspaceError(f"this tool may not write ({kind} writes are not declared for it)")
+        target, rel = self._write_target(relative)
+        _check_kind(kind, rel)
+        backup = None
+        if target.exists():
+            if not replace:
+                raise WorkspaceError(f"{rel} exists; replacing it needs overwrite=true (a backup is kept)")
+            if kind == "result" and not _is_result(target):
+                raise WorkspaceError(f"{rel} is not an earlier result file; a result may replace only a result")
+            backup = self.backup(target, backup_name or str(rel).replace("/", "__").removesuffix(".json"))
+        atomic_write(target, text)
+        return backup
+
+    def backup(self, source: Path, name: str) -> str:
+        """Copy ``source`` to a new file ``.harnessgym/backups/NAME.<UTC stamp>.json``; its workspace-relative path."""
+        folder, _ = self._write_target(BACKUP_DIR)
+        data = source.read_bytes()
+        folder.mkdir(parents=True, exist_ok=True)
+        stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
+        for attempt in range(100):
+            path = folder / f"{name}.{stamp}{f'-{attempt}' if attempt else ''}.json"
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+            except FileExistsError:
+                continue
+            with os.fdopen(fd, "wb") as handle:
+                handle.write(data)
+                handle.flush()
+                os.fsync(handle.fileno())
+            return f"{BACKUP_DIR}/{path.name}"
+        raise WorkspaceError(f"cannot name a new backup of {name}")
+
+    def _write_target(self, relative: str) -> tuple[Path, PurePosixPath]:
+        """The unresolved path of ``relative`` and its workspace-relative form; refused when it leaves the
+        workspace or any part of it on the way is a symlink (a write never follows one)."""
+        self.path(relative)                                   # confinement and the length bound
+        text = str(relative)
+        candidate = Path(text) if Path(text).is_absolute() else self.root / text
+        rel = PurePosixPath(os.path.normpath(candidate).removeprefix(str(self.root)).lstrip("/"))
+        if not rel.parts or ".." in rel.parts:
+            raise WorkspaceError(f"path {quoted(text)} does not name a file in the workspace")
+        walk = self.root
+        for part in rel.parts:
+            walk = walk / part
+            if walk.is_symlink():
+                raise WorkspaceError(f"path {quoted(text)} goes through a symlink ({PurePosixPath(*walk.relative_to(self.root).parts)}); "
+                                     "writes never follow symlinks")
+        return self.root / rel, rel
 
     def fixture_path(self, name: str) -> Path:
         """Path of fixture ``name`` (``fixtures/NAME.json`` or ``.harnessgym/fixtures/NAME.json``)."""
@@ -84,7 +162,7 @@ class Workspace:
     def current_plan(self) -> dict[str, Any]:
         from tuner.plan import load_plan  # the tensor plan's catalogue, loaded only where a plan is read
 
-        return load_plan(self.plan_path)
+        return load_plan(self.plan_path, PLAN_FILE)
 
     def resolve_plan(self, ref: str | dict[str, Any] | None) -> tuple[dict[str, Any], str]:
         """A plan and a label from a reference: ``None`` (the current plan), a plan object, a fixture
@@ -101,22 +179,49 @@ class Workspace:
             return validate_plan(self.fixture(ref)["plan"]), f"fixture {ref}"
         path = self.path(ref)
         if not path.is_file():
-            raise WorkspaceError(f"no plan file {ref!r} in the workspace")
-        return load_plan(path), ref
+            raise WorkspaceError(f"no plan file {quoted(ref)} in the workspace")
+        return load_plan(path, ref), ref
+
+
+def _check_kind(kind: str, rel: PurePosixPath) -> None:
+    """Refuse ``rel`` for a write of ``kind``: the plan is only ``kernel_plan.json``, a fixture only
+    ``fixtures/NAME.json``, a result any other ``.json`` outside the protected folders and manifests."""
+    text = str(rel)
+    if kind == "plan":
+        allowed = text == PLAN_FILE
+    elif kind == "fixture":
+        allowed = len(rel.parts) == 2 and rel.parts[0] == "fixtures" and rel.suffix == ".json"
+    else:
+        protected = any(text == p or text.startswith(p + "/") for p in PROTECTED) or ".git" in rel.parts
+        allowed = rel.suffix == ".json" and text != PLAN_FILE and not protected and rel.name != Path(MANIFEST).name
+    if not allowed:
+        raise WorkspaceError(f"a {kind} write may not touch {quoted(text)} "
+                             + {"plan": f"(only {PLAN_FILE})", "fixture": "(only fixtures/NAME.json)",
+                                "result": "(a .json file outside .git, manifests, backups, studies, fixtures, code and the plan)"}[kind])
+
+
+def _is_result(path: Path) -> bool:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        return False
+    return isinstance(data, dict) and set(data) >= RESULT_KEYS
 
 
 def check_name(name: str, what: str) -> str:
     """``name`` if it is a plain file name stem; :class:`WorkspaceError` otherwise."""
     if not isinstance(name, str) or not NAME_PATTERN.match(name) or name in (".", ".."):
-        raise WorkspaceError(f"{what} name {name!r} is not allowed (letters, digits, '_', '-', '.'; no path)")
+        raise WorkspaceError(f"{what} name {quoted(name)} is not allowed (letters, digits, '_', '-', '.'; no path)")
     return name
 
 
 def atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (temp file in the same folder, fsync, rename)."""
+    """Replace ``path`` with ``text`` atomically (temp file in the same folder, fsync, rename), keeping its mode."""
     path.parent.mkdir(parents=True, exist_ok=True)
+    mode = path.stat().st_mode & 0o777 if path.is_file() else 0o644      # a replaced file keeps its mode
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
+        os.fchmod(fd, mode)
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
             handle.write(text)
             handle.flush()
@@ -132,5 +237,5 @@ def atomic_write(path: Path, text: str) -> None:
         os.close(directory)
 
 
-__all__ = ["MANIFEST", "PLAN_FILE", "RESULT_PATH", "SERVER_DIR", "TELEMETRY", "Workspace", "WorkspaceError",
-           "atomic_write", "check_name"]
+__all__ = ["BACKUP_DIR", "LIMITS", "MANIFEST", "MAX_PATH_CHARS", "PLAN_FILE", "RESULT_PATH", "SERVER_DIR", "TELEMETRY", "WRITE_KINDS",
+           "Workspace", "WorkspaceError", "atomic_write", "check_name", "quoted"]

@@ -92,7 +92,7 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
                               capture_output=True, text=True, env=child_env(), timeout=60)
 
     claude = json.loads(tuner("--client", "claude").stdout)["mcpServers"]["tensor-plan-server"]
-    assert claude["command"] == "python3" and claude["args"][0].endswith("tensor_plan_server.py")
+    assert claude["command"] == sys.executable and claude["args"][0].endswith("tensor_plan_server.py")   # absolute interpreter
     (workspace / ".vscode").mkdir()
     (workspace / ".vscode" / "mcp.json").write_text('{"servers": {"other": {"type": "stdio", "command": "x"}}}')
     assert tuner("--client", "vscode", "--write").returncode == 0

@@ -1,0 +1,195 @@
+"""Hardening: each tool writes only what it declares, typed results, bounded inputs, protocol errors."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import stat
+import sys
+from importlib.metadata import version
+from pathlib import Path
+
+import anyio
+import jsonschema
+import pytest
+from conftest import child_env
+from mcp import Client, StdioServerParameters
+from mcp.shared.exceptions import MCPError
+
+from tuner import service
+from tuner.mcp_server import build
+from tuner.workspace import WorkspaceError
+
+RESULT = "results/out.json"
+CALLS = {
+    "run_objective": {"mode": "final"},
+    "trace_summary": {"plan": "tensor_plan_attempt1_best"},
+    "validate_plan": {"plan": "tensor_plan_attempt1_best"},
+    "resume_search_history": {"limit": 3},
+    "candidate_diff": {"candidate": "tensor_plan_iteration2_neighborhood_best"},
+    "benchmark_plan": {"plan": "tensor_plan_attempt1_best"},
+    "compare_history": {"limit": 3},
+    "rank_experiments": {},
+    "local_neighborhood_search": {"fixture": "tensor_plan_attempt1_best", "max_evals": 30},
+    "bounded_exhaustive_search": {"profile": "iteration3_dev_core", "max_evals": 500},
+    "search_plans": {"strategy": "quick", "max_evals": 30, "seed": 1},
+    "apply_candidate": {"plan": "tensor_plan_iteration2_neighborhood_best", "dry_run": False},
+    "apply_best_verified": {"dry_run": False},
+    "export_candidate_fixture": {"name": "from_mcp", "plan": "tensor_plan_attempt1_best"},
+    "record_result": {"path": RESULT},
+}
+
+
+def files(root: Path) -> dict[str, str]:
+    """Every file of the workspace (symlinks as their target text) by relative path, with its digest."""
+    out = {}
+    for path in root.rglob("*"):
+        if "__pycache__" in path.parts or (path.is_dir() and not path.is_symlink()):
+            continue
+        data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        out[str(path.relative_to(root))] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
+    return {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+
+
+def allowed(tool: str, path: str) -> bool:
+    """Whether ``path`` is one the tool declares it may write (tuner.service.WRITES)."""
+    kinds = service.WRITES[tool]
+    return (("history" in kinds and path.startswith("studies/history.db"))
+            or ("plan" in kinds and path == "kernel_plan.json")
+            or ("fixture" in kinds and path == f"fixtures/{CALLS[tool].get('name')}.json")
+            or ("result" in kinds and path == CALLS[tool].get("path"))
+            or (bool(kinds - {"history"}) and path.startswith(".harnessgym/backups/")))
+
+
+@pytest.fixture
+def anyio_backend():
+    return "asyncio"
+
+
+@pytest.mark.anyio
+async def test_every_tool_writes_only_what_it_declares_and_its_result_matches_its_schema(workspace):
+    async with Client(build(workspace)) as client:
+        tools = {t.name: t for t in (await client.list_tools()).tools}
+        assert set(tools) == set(CALLS) and set(service.WRITES) >= set(CALLS)
+        for name, arguments in CALLS.items():             # read-only tools first: on a workspace with no history yet
+            hints, writes = tools[name].annotations, service.WRITES[name]
+            assert hints.read_only_hint is (not writes), name
+            assert hints.destructive_hint is bool(writes - {"history"}), name
+            assert tools[name].output_schema["properties"], name        # a real schema, not an empty object
+            before = files(workspace)
+            result = await client.call_tool(name, arguments)
+            assert not result.is_error, (name, result.content)
+            jsonschema.validate(result.structured_content, tools[name].output_schema)
+            touched = changed(before, files(workspace))
+            assert all(allowed(name, p) for p in touched), (name, touched)
+            if not writes:
+                assert not touched, name
+            if name == "search_plans":                     # the history exists now: read-only tools leave its bytes alone
+                before = files(workspace)
+                for reader in ("resume_search_history", "compare_history", "rank_experiments"):
+                    assert not (await client.call_tool(reader, CALLS[reader])).is_error
+                assert not changed(before, files(workspace))
+    assert (workspace / RESULT).is_file() and (workspace / "fixtures/from_mcp.json").is_file()
+
+
+@pytest.mark.anyio
+async def test_unknown_tool_is_a_protocol_error_and_server_names_its_version(workspace):
+    async with Client(build(workspace)) as client:
+        assert client.server_info.version == version("tensor-plan-optimizer")
+        with pytest.raises(MCPError) as raised:
+            await client.call_tool("no_such_tool", {})
+    assert raised.value.code == -32602 and "no_such_tool" in raised.value.message
+
+
+def test_record_result_writes_only_a_result_file(workspace):
+    ctx = service.Context.create(workspace, tool="record_result")
+    protected = ["kernel_plan.json", ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json", "studies/iteration3_dev_core.json",
+                 ".git/config.json", "fixtures/baseline_row_major.json", "tuner/task/kernel_plan.t1.json", ".harnessgym/backups/x.json"]
+    (workspace / ".git").mkdir()
+    before = files(workspace)
+    for path in protected:
+        with pytest.raises(WorkspaceError, match="may not touch"):
+            service.record_result(ctx, path)
+    (workspace / "notes.json").write_text('{"mine": true}')
+    with pytest.raises(WorkspaceError, match="not an earlier result"):
+        service.record_result(ctx, "notes.json")
+    assert changed(before, files(workspace)) == {"notes.json"}
+    first = service.record_result(ctx, RESULT)
+    second = service.record_result(ctx, RESULT)
+    assert first["backup"] is None and second["backup"].startswith(".harnessgym/backups/results__out.")
+    assert json.loads((workspace / second["backup"]).read_text())["plan_hash"] == first["plan_hash"]
+
+
+def test_export_refuses_to_replace_without_overwrite_and_never_follows_a_symlink(workspace):
+    ctx = service.Context.create(workspace, tool="export_candidate_fixture")
+    original = (workspace / "fixtures/baseline_row_major.json").read_text()
+    with pytest.raises(WorkspaceError, match="overwrite=true"):
+        service.export_candidate_fixture(ctx, "baseline_row_major", "tensor_plan_attempt1_best")
+    assert (workspace / "fixtures/baseline_row_major.json").read_text() == original
+    replaced = service.export_candidate_fixture(ctx, "baseline_row_major", "tensor_plan_attempt1_best", overwrite=True)
+    assert (workspace / replaced["backup"]).read_text() == original
+    plan = (workspace / "kernel_plan.json").read_text()
+    (workspace / "fixtures/x.json").symlink_to("../kernel_plan.json")
+    with pytest.raises(WorkspaceError, match="symlink"):
+        service.export_candidate_fixture(ctx, "x", "tensor_plan_iteration2_neighborhood_best", overwrite=True)
+    assert (workspace / "kernel_plan.json").read_text() == plan
+
+
+def test_a_tool_writes_nothing_it_did_not_declare(workspace):
+    reader = service.Context.create(workspace, tool="rank_experiments")
+    with pytest.raises(WorkspaceError, match="not declared"):
+        reader.workspace.write("plan", "kernel_plan.json", "{}")
+    assert reader.history.read_only and not (workspace / "studies/history.db").exists()
+    exporter = service.Context.create(workspace, tool="export_candidate_fixture")
+    with pytest.raises(WorkspaceError, match="may not touch"):
+        exporter.workspace.write("fixture", "kernel_plan.json", "{}")
+
+
+def test_apply_and_rollback_keep_the_plan_file_mode(workspace):
+    plan = workspace / "kernel_plan.json"
+    plan.chmod(0o644)
+    service.apply_candidate(service.Context.create(workspace, tool="apply_candidate"), "tensor_plan_iteration2_neighborhood_best",
+                            dry_run=False)
+    assert stat.S_IMODE(plan.stat().st_mode) == 0o644
+    service.rollback(service.Context.create(workspace, tool="rollback"))
+    assert stat.S_IMODE(plan.stat().st_mode) == 0o644
+
+
+HUGE = "x" * 5_000_000
+BOUNDED = [
+    ("run_objective", {"plan": HUGE}, "plan"),
+    ("run_objective", {"plan": {f"k{i}": 1 for i in range(100)}}, "plan"),
+    ("search_plans", {"time_s": "inf"}, "time_s"),
+    ("search_plans", {"time_s": 1e12}, "time_s"),
+    ("search_plans", {"max_evals": 10**9}, "max_evals"),
+    ("export_candidate_fixture", {"name": "n", "note": HUGE}, "note"),
+    ("record_result", {"used": ["a"] * 1000}, "used"),
+    ("trace_summary", {"plan": "y" * 300 + ".json"}, "trace_summary"),
+]
+
+
+@pytest.mark.anyio
+@pytest.mark.filterwarnings("ignore:ping is removed")
+async def test_huge_and_unbounded_arguments_are_refused_briefly_while_the_server_answers_ping(workspace):
+    params = StdioServerParameters(command=sys.executable, args=[".harnessgym/mcp/tensor-plan-server/tensor_plan_server.py"],
+                                   env=child_env(), cwd=str(workspace))
+    async with Client(params, mode="legacy") as client:              # the initialize handshake, where ping is part of the protocol
+        pings = []
+
+        async def ping():
+            await client.send_ping()
+            pings.append(True)
+
+        for count, (tool, arguments, fragment) in enumerate(BOUNDED, start=1):
+            async with anyio.create_task_group() as group:
+                group.start_soon(ping)
+                result = await client.call_tool(tool, arguments)
+            text = " ".join(getattr(c, "text", "") for c in result.content)
+            assert result.is_error and fragment in text, (tool, text[:300])
+            assert len(text) < 1000 and str(workspace) not in text and "Traceback" not in text
+            assert len(pings) == count

@@ -1,0 +1,245 @@
+"""The typed results of the tensor-plan MCP tools: one pydantic model per tool, published as its
+``outputSchema`` and validated by the SDK before a result leaves the server.
+
+Cycles are ``best_cycles`` of the cycle model (lower is better; ``None`` where a plan is infeasible);
+``dev`` is the fast objective, ``final`` the held-out authority. No extra keys are allowed, so a
+result that drifts from its schema is a failing test, not a surprise for a client.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
+
+Plan = dict[str, str | int | float]           # knob name -> value
+Cycles = int | float | None                   # best_cycles (lower is better); None: infeasible
+
+
+class Strict(BaseModel):
+    """No extra keys; dumps only the keys the result had (an optional field it lacked stays absent)."""
+
+    model_config = ConfigDict(extra="forbid", populate_by_name=True)
+
+    @model_serializer(mode="wrap")
+    def _given_keys_only(self, handler: SerializerFunctionWrapHandler) -> Any:
+        data = handler(self)
+        given = {field.alias or name for name, field in type(self).model_fields.items() if name in self.model_fields_set}
+        return {key: value for key, value in data.items() if key in given}
+
+
+class Case(Strict):
+    name: str
+    cycles: Cycles
+    max_abs: float | None
+    components: dict[str, int | float] = Field(default_factory=dict, description="cycles per trace component")
+
+
+class Report(Strict):
+    """``benchmark.py --json`` of a plan in one mode."""
+
+    mode: str
+    plan_hash: str
+    tolerance: float
+    feasible: bool
+    best_cycles: Cycles
+    correct: bool = Field(description="max_abs <= tolerance")
+    max_abs: float | None
+    cases: list[Case]
+    reason: str | None = Field(None, description="why the plan is infeasible")
+
+
+class RunObjectiveResult(Report):
+    plan_source: str
+
+
+class Share(Strict):
+    cycles: int | float
+    share: float
+
+
+class Hotspot(Strict):
+    case: str
+    share: float
+
+
+class TraceCase(Case):
+    dominant: str
+
+
+class TraceSummaryResult(Strict):
+    plan_source: str
+    feasible: bool = True
+    reason: str | None = None
+    mode: str | None = None
+    best_cycles: Cycles = None
+    correct: bool | None = None
+    components: dict[str, Share] | None = None
+    hotspot: Hotspot | None = None
+    cases: list[TraceCase] | None = None
+    indicators: dict[str, dict[str, Any]] | None = Field(None, description="per case: conflicts, pressure, DMA, notes")
+    findings: list[str] | None = None
+
+
+class ValidatePlanResult(Strict):
+    valid: bool
+    error: str | None = None
+    plan_source: str | None = None
+    plan_hash: str | None = None
+    plan: Plan | None = None
+    feasible: dict[str, bool] | None = None
+    reasons: dict[str, str] | None = None
+
+
+class Candidate(Strict):
+    """A scored plan: ``dev`` and ``correct`` always; ``final`` where the winners were checked in final mode."""
+
+    plan_hash: str
+    plan: Plan
+    dev: Cycles
+    correct: bool
+    final: Cycles = None
+    final_correct: bool | None = None
+
+
+class SearchResult(Strict):
+    study: str
+    strategy: str
+    target: str
+    mode: str
+    evaluations: int
+    new_evaluations: int
+    trials: int
+    cached: int
+    seconds: float
+    stopped: str = Field(description="why the search ended (budget, time, converged, exhausted, cancelled)")
+    best: Candidate | None
+    top: list[Candidate]
+
+
+class LocalSearchResult(SearchResult):
+    start: str
+
+
+class ExhaustiveSearchResult(SearchResult):
+    profile: str
+    profile_size: int
+
+
+class PlanRow(Strict):
+    source: str
+    plan_hash: str
+    plan: Plan | None = None
+    dev: Cycles
+    final: Cycles
+    correct: bool
+
+
+class Sweep(Strict):
+    study_name: str
+    strategy: str
+    target: str
+    mode: str
+    state: str
+    evaluations: int
+    updated: str
+
+
+class ResumeResult(Strict):
+    seeds: list[PlanRow]
+    searches: list[Sweep]
+    profiles_not_swept: list[str]
+
+
+class Change(Strict):
+    from_: str | int | float = Field(alias="from")
+    to: str | int | float
+
+
+class Delta(Strict):
+    from_: Cycles = Field(alias="from")
+    to: Cycles
+    speedup: float | None
+
+
+class CandidateDiffResult(Strict):
+    candidate: str
+    against: str
+    changes: dict[str, Change]
+    metrics: dict[str, Delta]
+    candidate_correct: dict[str, bool]
+
+
+class BenchmarkPlanResult(Strict):
+    plan_source: str
+    plan_hash: str
+    reports: dict[str, Report]
+    correct_in_all: bool
+    best_cycles: dict[str, Cycles]
+
+
+class Metrics(Strict):
+    best_cycles: Cycles
+    correct: bool
+    max_abs: float | None
+
+
+class GateResult(Strict):
+    """The gate's verdict; ``applied`` only with ``dry_run`` false and a pass (``backup``: the replaced plan)."""
+
+    candidate_source: str | None = None
+    passed: bool
+    reasons: list[str]
+    dry_run: bool
+    applied: bool
+    candidate_hash: str | None = None
+    current_hash: str | None = None
+    candidate: dict[str, Metrics] | None = None
+    current: dict[str, Metrics] | None = None
+    diff: dict[str, Change] | None = None
+    backup: str | None = None
+
+
+class ExportResult(Strict):
+    fixture: str
+    path: str
+    backup: str | None = Field(description="the replaced fixture's backup (overwrite=true only)")
+    metrics: dict[str, Metrics]
+
+
+class CompareResult(Strict):
+    rows: list[PlanRow]
+    best_verified: PlanRow | None
+    current_is_best: bool
+
+
+class Ranked(Strict):
+    rank: int
+    study: str
+    plan_hash: str
+    dev: Cycles
+    final: Cycles
+    trials: int
+
+
+class RankResult(Strict):
+    ranking: list[Ranked]
+
+
+class ResultMetrics(Strict):
+    best_cycles: Cycles
+    score: Cycles = Field(description="equal to best_cycles in final mode")
+    correct: bool
+    max_abs: float | None
+    dev_best_cycles: Cycles
+
+
+class RecordResult(Strict):
+    path: str
+    backup: str | None = Field(description="the replaced earlier result's backup")
+    metrics: ResultMetrics
+    mode: str
+    plan_hash: str
+    plan: Plan
+    used_harness_tools: list[str]
+    used_harness_artifacts: list[str]
