@@ -3,13 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import settings
 
 from tuner.plan import Plan, validate_plan
 from tuner.task.benchmark import benchmark_report
+
+# Property tests: a fixed example budget and derandomized examples, so CI is repeatable and bounded.
+settings.register_profile("ci", max_examples=100, deadline=None, derandomize=True, print_blob=True)
+settings.load_profile(os.environ.get("HYPOTHESIS_PROFILE", "ci"))
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -81,3 +87,37 @@ def ctx(workspace):
     from tuner.service import Context
 
     return Context.create(workspace)
+
+
+def workspace_files(root: Path) -> dict[str, str]:
+    """Every file of a workspace (a symlink as its target text) by relative path, with its SHA-256."""
+    import hashlib
+    import os
+
+    out = {}
+    for path in root.rglob("*"):
+        if "__pycache__" in path.parts or (path.is_dir() and not path.is_symlink()):
+            continue
+        data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
+        out[str(path.relative_to(root))] = hashlib.sha256(data).hexdigest()
+    return out
+
+
+def changed_files(before: dict[str, str], after: dict[str, str]) -> set[str]:
+    return {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
+
+
+def declared_write(tool: str, path: str, arguments: dict[str, Any]) -> bool:
+    """Whether ``path`` (workspace-relative) is one ``tool`` called with ``arguments`` declares it may write."""
+    import os
+
+    from tuner.service import WRITES
+    from tuner.workspace import BACKUP_DIR, PLAN_FILE, RESULT_PATH
+
+    kinds = WRITES[tool]
+    result = arguments.get("path", RESULT_PATH)
+    return (("history" in kinds and path.startswith("studies/history.db"))
+            or ("plan" in kinds and path == PLAN_FILE)
+            or ("fixture" in kinds and path == f"fixtures/{arguments.get('name')}.json")
+            or ("result" in kinds and isinstance(result, str) and path == os.path.normpath(result))
+            or (bool(kinds - {"history"}) and path.startswith(BACKUP_DIR + "/")))

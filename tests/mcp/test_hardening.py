@@ -2,18 +2,15 @@
 
 from __future__ import annotations
 
-import hashlib
 import json
-import os
 import stat
 import sys
 from importlib.metadata import version
-from pathlib import Path
 
 import anyio
 import jsonschema
 import pytest
-from conftest import child_env
+from conftest import changed_files, child_env, declared_write, workspace_files
 from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
@@ -41,31 +38,6 @@ CALLS = {
 }
 
 
-def files(root: Path) -> dict[str, str]:
-    """Every file of the workspace (symlinks as their target text) by relative path, with its digest."""
-    out = {}
-    for path in root.rglob("*"):
-        if "__pycache__" in path.parts or (path.is_dir() and not path.is_symlink()):
-            continue
-        data = os.readlink(path).encode() if path.is_symlink() else path.read_bytes()
-        out[str(path.relative_to(root))] = hashlib.sha256(data).hexdigest()
-    return out
-
-
-def changed(before: dict[str, str], after: dict[str, str]) -> set[str]:
-    return {p for p in before.keys() | after.keys() if before.get(p) != after.get(p)}
-
-
-def allowed(tool: str, path: str) -> bool:
-    """Whether ``path`` is one the tool declares it may write (tuner.service.WRITES)."""
-    kinds = service.WRITES[tool]
-    return (("history" in kinds and path.startswith("studies/history.db"))
-            or ("plan" in kinds and path == "kernel_plan.json")
-            or ("fixture" in kinds and path == f"fixtures/{CALLS[tool].get('name')}.json")
-            or ("result" in kinds and path == CALLS[tool].get("path"))
-            or (bool(kinds - {"history"}) and path.startswith(".harnessgym/backups/")))
-
-
 @pytest.fixture
 def anyio_backend():
     return "asyncio"
@@ -81,19 +53,19 @@ async def test_every_tool_writes_only_what_it_declares_and_its_result_matches_it
             assert hints.read_only_hint is (not writes), name
             assert hints.destructive_hint is bool(writes - {"history"}), name
             assert tools[name].output_schema["properties"], name        # a real schema, not an empty object
-            before = files(workspace)
+            before = workspace_files(workspace)
             result = await client.call_tool(name, arguments)
             assert not result.is_error, (name, result.content)
             jsonschema.validate(result.structured_content, tools[name].output_schema)
-            touched = changed(before, files(workspace))
-            assert all(allowed(name, p) for p in touched), (name, touched)
+            touched = changed_files(before, workspace_files(workspace))
+            assert all(declared_write(name, p, arguments) for p in touched), (name, touched)
             if not writes:
                 assert not touched, name
             if name == "search_plans":                     # the history exists now: read-only tools leave its bytes alone
-                before = files(workspace)
+                before = workspace_files(workspace)
                 for reader in ("resume_search_history", "compare_history", "rank_experiments"):
                     assert not (await client.call_tool(reader, CALLS[reader])).is_error
-                assert not changed(before, files(workspace))
+                assert not changed_files(before, workspace_files(workspace))
     assert (workspace / RESULT).is_file() and (workspace / "fixtures/from_mcp.json").is_file()
 
 
@@ -111,14 +83,14 @@ def test_record_result_writes_only_a_result_file(workspace):
     protected = ["kernel_plan.json", ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json", "studies/iteration3_dev_core.json",
                  ".git/config.json", "fixtures/baseline_row_major.json", "tuner/task/kernel_plan.t1.json", ".harnessgym/backups/x.json"]
     (workspace / ".git").mkdir()
-    before = files(workspace)
+    before = workspace_files(workspace)
     for path in protected:
         with pytest.raises(WorkspaceError, match="may not touch"):
             service.record_result(ctx, path)
     (workspace / "notes.json").write_text('{"mine": true}')
     with pytest.raises(WorkspaceError, match="not an earlier result"):
         service.record_result(ctx, "notes.json")
-    assert changed(before, files(workspace)) == {"notes.json"}
+    assert changed_files(before, workspace_files(workspace)) == {"notes.json"}
     first = service.record_result(ctx, RESULT)
     second = service.record_result(ctx, RESULT)
     assert first["backup"] is None and second["backup"].startswith(".harnessgym/backups/results__out.")
@@ -193,3 +165,26 @@ async def test_huge_and_unbounded_arguments_are_refused_briefly_while_the_server
             assert result.is_error and fragment in text, (tool, text[:300])
             assert len(text) < 1000 and str(workspace) not in text and "Traceback" not in text
             assert len(pings) == count
+
+
+def test_the_server_exits_when_stdin_closes_during_a_long_search(workspace):
+    import subprocess
+
+    server = subprocess.Popen([sys.executable, ".harnessgym/mcp/tensor-plan-server/tensor_plan_server.py"], cwd=workspace,
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=child_env())
+
+    def send(message):
+        server.stdin.write((json.dumps(message) + "\n").encode())
+        server.stdin.flush()
+
+    send({"jsonrpc": "2.0", "id": 1, "method": "initialize",
+          "params": {"protocolVersion": "2025-06-18", "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}})
+    assert json.loads(server.stdout.readline())["id"] == 1
+    send({"jsonrpc": "2.0", "method": "notifications/initialized"})
+    send({"jsonrpc": "2.0", "id": 2, "method": "tools/call", "params": {
+        "name": "search_plans", "arguments": {"max_evals": 1_000_000, "time_s": 600}, "_meta": {"progressToken": "p"}}})
+    while (line := server.stdout.readline()) and b"notifications/progress" not in line:
+        pass
+    assert line                                             # the search is under way (it reports progress)
+    server.stdin.close()
+    assert server.wait(timeout=120) == 0                    # it stops its search and exits, not after 600 s

@@ -1,0 +1,219 @@
+"""Property tests (hypothesis; example budgets from the profile in conftest): random plans, random tool
+arguments from every tool's inputSchema, the gate over 10,000 pairs, and kill -9 at random moments."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import math
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import anyio
+import jsonschema
+import numpy as np
+from conftest import changed_files, child_env, declared_write, fixture_plan, workspace_files
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+from mcp import Client, StdioServerParameters
+
+from tuner.gate import measure, verdict
+from tuner.objectives.builtin import BuiltinObjective
+from tuner.plan import SPACE, load_plan, validate_plan
+from tuner.task.cli import benchmark_main
+
+FIXTURES = ("tensor_plan_attempt1_best", "tensor_plan_iteration2_neighborhood_best", "baseline_row_major")
+JSON = st.recursive(st.none() | st.booleans() | st.integers(-10**6, 10**6) | st.floats(allow_nan=False) | st.text(max_size=20),
+                    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=4),
+                    max_leaves=12)
+KNOB_VALUES = st.sampled_from([c for knob in SPACE.knobs for c in knob.choices])
+
+
+@st.composite
+def plan_like(draw: st.DrawFn) -> Any:
+    """Valid plans, plans with a knob changed, dropped or added, and arbitrary JSON."""
+    kind = draw(st.sampled_from(["valid", "changed", "dropped", "added", "junk"]))
+    if kind == "junk":
+        return draw(JSON)
+    plan = dict(fixture_plan(draw(st.sampled_from(FIXTURES))))
+    knob = draw(st.sampled_from(SPACE.names))
+    if kind == "changed":
+        plan[knob] = draw(KNOB_VALUES | JSON)
+    elif kind == "dropped":
+        del plan[knob]
+    elif kind == "added":
+        plan[draw(st.text(max_size=12))] = draw(JSON)
+    return plan
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(plan=plan_like())
+def test_random_plan_json_is_scored_or_refused_with_one_line(plan, tmp_path):
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps(plan))
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        code = benchmark_main(["--plan", str(path), "--json", "--mode", "dev"])
+    if code == 0:
+        validate_plan(plan)
+        assert json.loads(out.getvalue())["plan_hash"] and not err.getvalue()
+    else:
+        lines = err.getvalue().splitlines()
+        assert code == 2 and len(lines) == 1 and lines[0].startswith("benchmark.py: error: ") and not out.getvalue()
+
+
+# --- random tool arguments ------------------------------------------------------------------------
+
+BUDGETS = {"max_evals": 20, "time_s": 2.0}          # searches stay short: the schema's caps, lowered for the test
+STRINGS = st.sampled_from(["kernel_plan.json", "../kernel_plan.json", "/etc/passwd", "fixtures/x.json", ".git/config",
+                           "studies/iteration3_dev_core.json", "iteration3_dev_core", "results/r.json", *FIXTURES]) | st.text(max_size=40)
+
+
+def from_schema(schema: dict[str, Any], name: str = "") -> st.SearchStrategy[Any]:
+    """Values for a JSON schema (the subset pydantic emits), mostly valid, with its bounds."""
+    if "anyOf" in schema:
+        return st.one_of([from_schema(s, name) for s in schema["anyOf"]])
+    if "enum" in schema:
+        return st.sampled_from(schema["enum"])
+    if "const" in schema:
+        return st.just(schema["const"])
+    kind = schema.get("type")
+    if kind == "string":
+        return STRINGS.filter(lambda s: len(s) <= schema.get("maxLength", 10**9))
+    if kind in ("integer", "number"):
+        low = schema.get("minimum", schema.get("exclusiveMinimum", -10**6))
+        high = min(schema.get("maximum", 10**6), BUDGETS.get(name, 10**9))
+        if kind == "integer":
+            return st.integers(int(low), int(high))
+        return st.floats(float(low), float(high), allow_nan=False, allow_infinity=False)
+    if kind == "boolean":
+        return st.booleans()
+    if kind == "null":
+        return st.none()
+    if kind == "array":
+        return st.lists(from_schema(schema.get("items", {}), name), max_size=min(schema.get("maxItems", 4), 4))
+    if kind == "object":
+        return plan_like()
+    return JSON
+
+
+def arguments(tool: Any) -> st.SearchStrategy[dict[str, Any]]:
+    """Arguments for ``tool``: its properties (any subset), each from its schema or, now and then, arbitrary JSON."""
+    properties = tool.input_schema.get("properties", {})
+    optional = {name: from_schema(schema, name) | JSON for name, schema in properties.items()}
+    return st.fixed_dictionaries({}, optional=optional)
+
+
+def test_random_arguments_from_every_input_schema_give_a_result_or_an_error(workspace):
+    params = StdioServerParameters(command=sys.executable, args=[".harnessgym/mcp/tensor-plan-server/tensor_plan_server.py"],
+                                   env=child_env(), cwd=str(workspace))
+    with anyio.from_thread.start_blocking_portal() as portal, portal.wrap_async_context_manager(Client(params)) as client:
+        tools = {t.name: t for t in portal.call(client.list_tools).tools}
+        calls = st.sampled_from(sorted(tools)).flatmap(lambda name: st.tuples(st.just(name), arguments(tools[name])))
+
+        @settings(suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+        @given(call=calls)
+        def one_call(call: tuple[str, dict[str, Any]]) -> None:
+            name, args = call
+            before = workspace_files(workspace)
+            result = portal.call(client.call_tool, name, args)
+            text = " ".join(getattr(c, "text", "") for c in result.content)
+            if result.is_error:
+                assert text.strip() != f"Error executing tool {name}", (name, args)   # a crash says only that
+                assert "Traceback" not in text and str(workspace) not in text
+            else:
+                jsonschema.validate(result.structured_content, tools[name].output_schema)
+            touched = changed_files(before, workspace_files(workspace))
+            assert all(declared_write(name, p, args) for p in touched), (name, args, touched)
+
+        one_call()
+        assert portal.call(client.list_tools).tools                     # the server is still up
+    assert load_plan(workspace / "kernel_plan.json")
+
+
+# --- the gate ------------------------------------------------------------------------------------
+
+def _metrics(result: Any, i: int) -> dict[str, Any]:
+    value = float(result.cycles[i])
+    return {"best_cycles": value if math.isfinite(value) else None, "correct": bool(result.correct[i]),
+            "max_abs": None if np.isnan(result.max_abs[i]) else float(result.max_abs[i])}
+
+
+def test_the_gate_never_applies_an_incorrect_or_final_regressing_plan_over_10000_pairs():
+    rng = np.random.default_rng(11)
+    objective = BuiltinObjective()
+    current = np.stack([rng.integers(0, s, 10_000) for s in SPACE.sizes], axis=1).astype(np.int16)
+    candidate = current.copy()                              # half near neighbours (1-3 knobs changed), half anywhere
+    for row in range(10_000):
+        knobs = rng.choice(len(SPACE.knobs), size=rng.integers(1, 4) if row % 2 else len(SPACE.knobs), replace=False)
+        candidate[row, knobs] = [rng.integers(0, SPACE.sizes[k]) for k in knobs]
+    results = {(who, mode): objective.evaluate(idx, mode) for who, idx in (("cur", current), ("cand", candidate))
+               for mode in objective.modes}
+    passed = 0
+    for i in range(10_000):
+        cand = {m: _metrics(results["cand", m], i) for m in objective.modes}
+        cur = {m: _metrics(results["cur", m], i) for m in objective.modes}
+        ok, reasons = verdict(cand, cur)
+        assert ok == (not reasons)
+        if ok:
+            passed += 1
+            assert cand["dev"]["correct"] and cand["final"]["correct"]
+            assert cur["final"]["best_cycles"] is None or cand["final"]["best_cycles"] <= cur["final"]["best_cycles"]
+            assert cur["dev"]["best_cycles"] is None or cand["dev"]["best_cycles"] < cur["dev"]["best_cycles"]
+    assert 0 < passed < 10_000                              # both outcomes were exercised
+    plan = SPACE.decode(candidate[0])
+    assert measure(objective, plan)["dev"]["correct"] == bool(results["cand", "dev"].correct[0])   # the gate's own measure agrees
+
+
+# --- kill -9 at random moments ----------------------------------------------------------------------
+
+def _started(process: subprocess.Popen, ready: Path | None) -> None:
+    """Wait (on state, not time) until the command is doing its work: ``ready`` exists, or it ended."""
+    while ready is not None and not ready.exists() and process.poll() is None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=0.01)
+
+
+def test_kill_9_at_random_moments_leaves_history_plan_and_backups_intact(workspace):
+    moments = random.Random(20)
+    tuner = [sys.executable, "-m", "tuner", "--workspace", str(workspace)]
+    history = workspace / "studies" / "history.db"
+    commands = [
+        ([*tuner, "search_plans", "--strategy", "quick", "--max-evals", "3000", "--seed", "{n}"], history),
+        ([*tuner, "apply_candidate", "--plan", "tensor_plan_iteration2_neighborhood_best", "--dry-run", "false"], None),
+        ([*tuner, "rollback"], None),
+        ([*tuner, "export_candidate_fixture", "--name", "killed", "--overwrite"], None),
+    ]
+    subprocess.run([*tuner, "apply_candidate", "--plan", "tensor_plan_attempt1_best", "--dry-run", "false"],
+                   check=True, capture_output=True, env=child_env(), timeout=120)
+    for n in range(20):
+        command, ready = commands[n % 4]
+        process = subprocess.Popen([c.replace("{n}", str(n)) for c in command], stdout=subprocess.DEVNULL,
+                                   stderr=subprocess.DEVNULL, env=child_env(), cwd=workspace)
+        _started(process, ready)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=moments.uniform(0.0, 1.5))          # the random moment: somewhere in its work
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(process.pid, signal.SIGKILL)
+        process.wait()
+        assert load_plan(workspace / "kernel_plan.json")                 # a complete, valid plan, always
+        for backup in (workspace / ".harnessgym" / "backups").glob("*.json"):
+            data = json.loads(backup.read_text())
+            if backup.name.startswith(("kernel_plan.", "rolled-back.")):
+                validate_plan(data)
+        if (workspace / "fixtures" / "killed.json").exists():
+            validate_plan(json.loads((workspace / "fixtures" / "killed.json").read_text())["plan"])
+        if history.exists():
+            with sqlite3.connect(history) as connection:
+                assert connection.execute("PRAGMA integrity_check").fetchone()[0] == "ok"
+    finished = subprocess.run([*tuner, "search_plans", "--max-evals", "30"], capture_output=True, env=child_env(), timeout=300)
+    searches = subprocess.run([*tuner, "--json", "resume_search_history"], capture_output=True, text=True, env=child_env(), timeout=120)
+    assert finished.returncode == 0 and searches.returncode == 0                      # the history still takes work
+    assert any(s["state"] == "done" for s in json.loads(searches.stdout)["searches"])
