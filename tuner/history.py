@@ -22,7 +22,7 @@ import optuna
 from optuna.distributions import distribution_to_json
 from optuna.storages._rdb import models
 from optuna.trial import TrialState
-from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, Text, create_engine, event, func, insert, select
+from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, Text, and_, create_engine, event, func, insert, select
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool, StaticPool
@@ -55,6 +55,8 @@ SWEEPS = Table(
     Column("updated", String(32), nullable=False),
 )
 
+_STUDIES, _TRIALS = models.StudyModel.__table__, models.TrialModel.__table__          # Optuna's own tables, read directly
+_VALUES, _ATTRS = models.TrialValueModel.__table__, models.TrialUserAttributeModel.__table__
 _IN_CHUNK = 500                                         # plan hashes per IN (...) query
 T = TypeVar("T")
 
@@ -223,13 +225,44 @@ class History:
                       (SQLAlchemyError, optuna.exceptions.StorageInternalError), attempts=20, pause_s=0.1)
 
     def study_names(self) -> list[str]:
-        return [s.study_name for s in optuna.get_all_study_summaries(self.storage, include_best_trial=False)]
+        """Every study's name, oldest first (one query)."""
+        with self.engine.connect() as connection:
+            return list(connection.execute(select(_STUDIES.c.study_name).order_by(_STUDIES.c.study_id)).scalars())
 
     def trials(self, name: str) -> list[optuna.trial.FrozenTrial]:
-        """Completed and pruned trials of study ``name`` (empty when it does not exist)."""
-        if name not in self.study_names():
+        """Completed and pruned trials of study ``name`` as Optuna's frozen trials (empty when it does not exist)."""
+        try:
+            return optuna.load_study(study_name=name, storage=self.storage).get_trials(deepcopy=False)
+        except KeyError:
             return []
-        return optuna.load_study(study_name=name, storage=self.storage).get_trials(deepcopy=False)
+
+    def outcomes(self, name: str) -> list[tuple[str, float | None]]:
+        """``(plan_hash, value)`` of every trial of study ``name`` in trial order; ``None`` for a pruned one (one query)."""
+        query = (select(_ATTRS.c.value_json, _VALUES.c.value)
+                 .select_from(_TRIALS.join(_STUDIES, _STUDIES.c.study_id == _TRIALS.c.study_id)
+                              .join(_ATTRS, and_(_ATTRS.c.trial_id == _TRIALS.c.trial_id, _ATTRS.c.key == "plan_hash"))
+                              .outerjoin(_VALUES, and_(_VALUES.c.trial_id == _TRIALS.c.trial_id, _VALUES.c.objective == 0)))
+                 .where(_STUDIES.c.study_name == name).order_by(_TRIALS.c.number))
+        with self.engine.connect() as connection:
+            return [(json.loads(h), v) for h, v in connection.execute(query)]
+
+    def study_tops(self, objective: str, per_study: int) -> dict[str, tuple[int, list[str]]]:
+        """For every study of ``objective`` (oldest first): its number of scored trials and the plan hashes of
+        its ``per_study`` best (lowest value, ties by hash). One query with window functions, however many trials."""
+        by_value = (_VALUES.c.value, _ATTRS.c.value_json)
+        ranked = (select(_TRIALS.c.study_id, _STUDIES.c.study_name, _ATTRS.c.value_json.label("plan_hash"),
+                         func.row_number().over(partition_by=_TRIALS.c.study_id, order_by=by_value).label("rank"),
+                         func.count().over(partition_by=_TRIALS.c.study_id).label("scored"))
+                  .select_from(_TRIALS.join(_STUDIES, _STUDIES.c.study_id == _TRIALS.c.study_id)
+                               .join(_VALUES, and_(_VALUES.c.trial_id == _TRIALS.c.trial_id, _VALUES.c.objective == 0))
+                               .join(_ATTRS, and_(_ATTRS.c.trial_id == _TRIALS.c.trial_id, _ATTRS.c.key == "plan_hash")))
+                  .where(_STUDIES.c.study_name.endswith(objective, autoescape=True))).subquery()
+        query = select(ranked).where(ranked.c.rank <= per_study).order_by(ranked.c.study_id, ranked.c.rank)
+        tops: dict[str, tuple[int, list[str]]] = {}
+        with self.engine.connect() as connection:
+            for row in connection.execute(query):
+                tops.setdefault(row.study_name, (row.scored, []))[1].append(json.loads(row.plan_hash))
+        return tops
 
     def sweep(self, name: str) -> dict[str, Any] | None:
         """The progress record of search ``name``, or ``None``."""

@@ -116,10 +116,9 @@ class Search:
         self.flush_every, self.flush_seconds = flush_every, flush_seconds
         self.best: Candidate | None = None
         self.memo: dict[str, Any] = {}                      # what strategies keep for this run
-        for trial in history.trials(self.name):          # resume: what earlier runs of this search saw
-            h = trial.user_attrs.get("plan_hash")
+        for h, value in history.outcomes(self.name):      # resume: what earlier runs of this search saw
             if h in self.cache:
-                self.seen[h] = trial.value if trial.value is not None else np.inf
+                self.seen[h] = value if value is not None else np.inf
         if self.seen:
             value, h = min((v, h) for h, v in self.seen.items())
             self.best = Candidate(self.cache[h].idx, value, True) if np.isfinite(value) else None

@@ -354,22 +354,26 @@ def resume_search_history(ctx: Context, limit: int = 5) -> dict[str, Any]:
             "profiles_not_swept": [p for p in profile_names(*_profile_folders(ctx)) if p not in done_profiles]}
 
 
-def _study_best(ctx: Context, study: str) -> dict[str, Any] | None:
-    trials = [t for t in ctx.history.trials(study) if t.value is not None]
-    trials.sort(key=lambda t: (t.value, t.user_attrs["plan_hash"]))
-    rows = [_plan_row(ctx, study, t.user_attrs["plan"], _measure(ctx, t.user_attrs["plan"])) for t in trials[:5]]
+def _study_bests(ctx: Context, per_study: int = 5) -> list[dict[str, Any]]:
+    """The best verified configuration of every study of this objective that has one: among each study's
+    ``per_study`` best trials, the one correct in every mode with the best authority value (then the search's
+    mode, then the hash). Reads one query for the studies and the cache for the values, whatever their size."""
     first, last = _first_last(ctx)
-    verified = sorted((r for r in rows if r["correct"]), key=lambda r: (r[last], r[first], r["plan_hash"]))
-    if not verified:
-        return None
-    best = verified[0]
-    return {"study": study, "plan_hash": best["plan_hash"], "plan": best["plan"],
-            **{m: best[m] for m in ctx.objective.modes}, "trials": len(trials)}
-
-
-def _study_bests(ctx: Context) -> list[dict[str, Any]]:
-    """The best verified configuration of every study of this objective that has one."""
-    return [b for s in ctx.history.study_names() if s.endswith(ctx.objective.name) and (b := _study_best(ctx, s))]
+    modes, space = ctx.objective.modes, ctx.objective.space
+    tops = ctx.history.study_tops(ctx.objective.name, per_study)
+    rows = ctx.history.cached(ctx.objective.name, first, {h for _, hashes in tops.values() for h in hashes})
+    if not rows:
+        return []
+    idx = np.stack([r.idx for r in rows.values()])
+    scored = {m: ctx.history.scored(ctx.objective, m, idx) for m in modes}
+    out = []
+    for study, (count, hashes) in tops.items():
+        verified = [h for h in hashes if h in rows and all(scored[m][h].correct and scored[m][h].cycles is not None for m in modes)]
+        if verified:
+            best = min(verified, key=lambda h: (scored[last][h].cycles, scored[first][h].cycles, h))
+            out.append({"study": study, "plan_hash": best, "plan": space.decode(rows[best].idx),
+                        **{m: number(scored[m][best].cycles) for m in modes}, "trials": count})
+    return out
 
 
 def rank_experiments(ctx: Context) -> dict[str, Any]:

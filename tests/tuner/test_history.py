@@ -144,3 +144,29 @@ def test_timestamps_and_values_survive_for_the_dashboard(tmp_path, iteration2):
     trials = history.trials("x")
     assert all(t.datetime_start is not None and t.datetime_complete is not None for t in trials)
     assert [t.value for t in trials] == [0.0, 1.0, 2.0]
+
+
+def test_one_query_reads_agree_with_optuna_and_the_tools_write_nothing(workspace):
+    from tuner import service
+
+    ctx = service.Context.create(workspace)
+    for seed in (1, 2):
+        service.search_plans(ctx, "quick", max_evals=60, seed=seed)
+    service.local_neighborhood_search(ctx, fixture="tensor_plan_attempt1_best", max_evals=40, include_final=False)
+    history, objective = ctx.history, ctx.objective.name
+    names = history.study_names()
+    assert len(names) == 3 and set(names) == {s["study_name"] for s in history.sweeps()}
+    tops = history.study_tops(objective, 5)
+    for name in names:
+        trials = history.trials(name)
+        assert history.outcomes(name) == [(t.user_attrs["plan_hash"], t.value) for t in trials]
+        scored = sorted((t.value, t.user_attrs["plan_hash"]) for t in trials if t.value is not None)
+        assert tops[name] == (len(scored), [h for _, h in scored[:5]])
+    assert history.study_tops("no-such-objective", 5) == {}
+    database = workspace / "studies" / "history.db"
+    ctx.close()
+    before = database.read_bytes()
+    ranking = service.rank_experiments(service.Context.create(workspace, tool="rank_experiments"))["ranking"]
+    assert database.read_bytes() == before and {r["study"] for r in ranking} <= set(names)
+    finals = [r["final"] for r in ranking]
+    assert finals == sorted(finals) and all(r["trials"] == tops[r["study"]][0] for r in ranking)
