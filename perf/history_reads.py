@@ -2,9 +2,10 @@
 
     python perf/history_reads.py [--studies 50] [--trials 2000]
 
-Builds a SQLite history of STUDIES x TRIALS scored tensor plans (random, seeded; written in bulk; each
-study's ten best checked in final mode, as a search with include_final leaves them), then times ``compare_history``, ``rank_experiments`` and ``resume_search_history`` (each in seconds,
-the tools as the CLI and MCP run them) and, beside them, the per-study reading they replaced (every
+Builds a SQLite history of STUDIES x TRIALS scored tensor plans (random, seeded; written in bulk;
+each study's ten best checked in final mode, as a search with include_final leaves them), then
+times ``compare_history``, ``rank_experiments`` and ``resume_search_history`` (seconds each, the
+tools as the CLI and MCP run them) and, beside them, the per-study reading they replaced (every
 trial of every study loaded through Optuna), with the ratio.
 """
 
