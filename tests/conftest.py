@@ -121,3 +121,14 @@ def declared_write(tool: str, path: str, arguments: dict[str, Any]) -> bool:
             or ("fixture" in kinds and path == f"fixtures/{arguments.get('name')}.json")
             or ("result" in kinds and isinstance(result, str) and path == os.path.normpath(result))
             or (bool(kinds - {"history"}) and path.startswith(BACKUP_DIR + "/")))
+
+
+def toy_cache(tmp_path: Path, records: dict[tuple[int, int], object], name: str = "toy.json.gz") -> Path:
+    """A Kernel Tuner cache of a 3 x 2 space (bx, tile) with ``records`` (time in ms, or an error marker)."""
+    import gzip
+
+    data = {"kernel_name": "toy", "tune_params_keys": ["bx", "tile"], "tune_params": {"bx": [32, 64, 128], "tile": [1, 2]},
+            "cache": {f"{bx},{tile}": {"bx": bx, "tile": tile, "time": t} for (bx, tile), t in records.items()}}
+    path = tmp_path / name
+    path.write_bytes(gzip.compress(json.dumps(data).encode()) if name.endswith(".gz") else json.dumps(data).encode())
+    return path

@@ -1,25 +1,28 @@
-"""``python -m tuner``: a subcommand per service function, ``--json`` on each.
+"""``python -m tuner``: a subcommand per service function; readable output, or JSON with ``--json``.
 
-Exit status 0 on success, 2 for bad input (with one clear message on stderr), 1 when the
-objective itself fails.
+Exit status: 0 done; 1 the tool refused (the gate failed, the plan is invalid) or the objective
+failed; 2 bad input, with one clear line on stderr; 130 interrupted, with one line saying the
+progress is saved and how to resume. No user-reachable path prints a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 from collections.abc import Callable
 from typing import Any
 
 from tuner import service
-from tuner.history import HistoryError
+from tuner.history import HistoryError, HistoryUnavailable
 from tuner.objectives import ObjectiveError
 from tuner.plan import PlanError
 from tuner.space import ProfileError, SpaceError
-from tuner.workspace import RESULT_PATH, WorkspaceError
+from tuner.workspace import LIMITS, MAX_PATH_CHARS, OUTPUT_DIR, RESULT_PATH, WorkspaceError
 
-INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, SpaceError)
+INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, SpaceError, HistoryUnavailable)
+PLAN_HELP = "a fixture name, a JSON file inside the workspace (default: kernel_plan.json)"
 
 
 def _bool(text: str) -> bool:
@@ -30,93 +33,141 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _positive(kind: type[int] | type[float]) -> Callable[[str], int | float]:
-    """An argparse type: a positive ``kind`` (int or float)."""
-    what = "a positive integer" if kind is int else "a positive number"
+def _positive(kind: type[int] | type[float], cap: float) -> Callable[[str], int | float]:
+    """An argparse type: a finite positive ``kind`` (int or float) no larger than ``cap``."""
+    what = f"a positive {'integer' if kind is int else 'number'} up to {cap:,}"
 
     def parse(text: str) -> int | float:
         try:
             value = kind(text)
         except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}") from None
-        if value <= 0:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text!r}")
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text[:40]!r}") from None
+        if not 0 < value <= cap:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text[:40]!r}")
         return value
 
     return parse
 
 
-_positive_int, _positive_float = _positive(int), _positive(float)
+def _seed(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 <= value < 2**31:
+        raise argparse.ArgumentTypeError(f"expected an integer from 0 to {2**31 - 1}, got {text[:40]!r}")
+    return value
 
 
+_evals, _seconds, _rows = _positive(int, LIMITS["max_evals"]), _positive(float, LIMITS["time_s"]), _positive(int, LIMITS["limit"])
 Command = tuple[Callable[..., dict[str, Any]], Callable[[argparse.ArgumentParser], None], str]
 
 
-def _plan_arg(p: argparse.ArgumentParser, help_: str = "fixture name or JSON file (default: kernel_plan.json)") -> None:
-    p.add_argument("--plan", default=None, help=help_)
+def _plan_arg(p: argparse.ArgumentParser, help_: str = PLAN_HELP) -> None:
+    p.add_argument("--plan", default=None, metavar="REF", help=help_)
+
+
+def _mode_arg(p: argparse.ArgumentParser, default: str | None) -> None:
+    p.add_argument("--mode", default=default, metavar="MODE",
+                   help=f"dev (the fast objective) or final (the held-out authority); a cache objective: time (default {default or 'dev'})")
+
+
+def _seed_arg(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--seed", type=_seed, default=0, help="random seed; the same seed repeats the same search (default 0)")
+
+
+def _dry_run_arg(p: argparse.ArgumentParser, default: bool) -> None:
+    p.add_argument("--dry-run", type=_bool, default=default, metavar="true|false",
+                   help=f"true: only report what would happen; false: write it (default {str(default).lower()})")
 
 
 def _search_args(p: argparse.ArgumentParser, evals: int | None) -> None:
-    p.add_argument("--max-evals", type=_positive_int, default=evals, help="evaluation budget (new plans scored)")
-    p.add_argument("--time-s", type=_positive_float, default=None, help="time budget in seconds")
-    p.add_argument("--include-final", type=_bool, default=True, help="check dev winners in final mode (default true)")
+    p.add_argument("--max-evals", type=_evals, default=evals, metavar="N",
+                   help=f"new plans the search may score, at most {LIMITS['max_evals']:,} (default {evals or 'the whole profile'})")
+    p.add_argument("--time-s", type=_seconds, default=None, metavar="SECONDS",
+                   help=f"time budget in seconds, at most {LIMITS['time_s']:,} (default: none)")
+    p.add_argument("--include-final", type=_bool, default=True, metavar="true|false",
+                   help="check the dev winners in final mode too (default true)")
+
+
+def _limit_arg(p: argparse.ArgumentParser, default: int, what: str) -> None:
+    p.add_argument("--limit", type=_rows, default=default, metavar="N", help=f"{what}, at most {LIMITS['limit']} (default {default})")
 
 
 COMMANDS: dict[str, Command] = {
     "run": (service.run_workflow, lambda p: (
-        p.add_argument("--time-s", type=_positive_float, default=120.0, help="time budget in seconds (default 120)"),
-        p.add_argument("--apply", action="store_true", help="write the verified winner to kernel_plan.json"),
-        p.add_argument("--seed", type=int, default=0)), "run the seed's workflow end to end"),
-    "run_objective": (service.run_objective, lambda p: (p.add_argument("--mode", default=None), _plan_arg(p)),
-                      "benchmark report of the current plan"),
-    "trace_summary": (service.trace_summary, lambda p: (_plan_arg(p), p.add_argument("--mode", default="dev")),
-                      "where the cycles go, with indicators"),
-    "validate_plan": (service.validate_plan, lambda p: _plan_arg(p), "schema and feasibility of a plan"),
-    "benchmark_plan": (service.benchmark_plan, lambda p: (_plan_arg(p), p.add_argument("--modes", nargs="+", default=None)),
-                       "reports of a plan in several modes"),
-    "candidate_diff": (service.candidate_diff, lambda p: (p.add_argument("--candidate", required=True),
-                                                          p.add_argument("--against", default=None)), "knob changes and metric deltas"),
-    "resume_search_history": (service.resume_search_history, lambda p: p.add_argument("--limit", type=_positive_int, default=5),
-                              "best seeds and searches already run"),
+        p.add_argument("--time-s", type=_seconds, default=120.0, metavar="SECONDS", help="time budget in seconds (default 120)"),
+        p.add_argument("--apply", action="store_true", help="write the verified winner to kernel_plan.json (a backup is kept)"),
+        _seed_arg(p)), "run the seed's workflow end to end: score, trace, search, verify, apply, report"),
+    "run_objective": (service.run_objective, lambda p: (_mode_arg(p, None), _plan_arg(p)),
+                      "benchmark report of a plan in one mode (best_cycles: lower is better)"),
+    "trace_summary": (service.trace_summary, lambda p: (_plan_arg(p), _mode_arg(p, "dev")), "where a plan's cycles go, with indicators"),
+    "validate_plan": (service.validate_plan, _plan_arg, "schema and feasibility of a plan (exit 1 when invalid)"),
+    "benchmark_plan": (service.benchmark_plan, lambda p: (_plan_arg(p), p.add_argument(
+        "--modes", nargs="+", default=None, metavar="MODE", help="modes to score (default: dev final)")),
+        "reports of a plan in several modes"),
+    "candidate_diff": (service.candidate_diff, lambda p: (
+        p.add_argument("--candidate", required=True, metavar="REF", help="the candidate: " + PLAN_HELP.split(" (")[0]),
+        p.add_argument("--against", default=None, metavar="REF", help="the plan to compare with: " + PLAN_HELP)),
+        "knob changes and metric deltas between two plans"),
+    "resume_search_history": (service.resume_search_history, lambda p: _limit_arg(p, 5, "seeds to list"),
+                              "best seeds (fixtures and history) and the searches already run"),
     "local_neighborhood_search": (service.local_neighborhood_search, lambda p: (
-        p.add_argument("--fixture", default=None), _plan_arg(p, help_="plan to start from (default: current)"),
-        p.add_argument("--strategy", default="checkpoint"), p.add_argument("--seed", type=int, default=0),
-        _search_args(p, 2000)), "checkpoint local search"),
+        p.add_argument("--fixture", default=None, metavar="NAME", help="fixture to start from (default: --plan)"),
+        _plan_arg(p, help_="plan to start from: " + PLAN_HELP),
+        p.add_argument("--strategy", default="checkpoint", metavar="checkpoint|focused",
+                       help="checkpoint: first-improvement steps, then wider neighbourhoods; focused: a sweep around the start "
+                            "(default checkpoint)"),
+        _seed_arg(p), _search_args(p, 2000)), "local search around a plan or fixture"),
     "bounded_exhaustive_search": (service.bounded_exhaustive_search, lambda p: (
-        p.add_argument("--profile", required=True), _search_args(p, None)), "every plan of a profile"),
+        p.add_argument("--profile", required=True, metavar="NAME",
+                       help="a profile in studies/ (iteration3_dev_core, iteration3_layout_relaxed) or 'all': the whole space"),
+        _search_args(p, None)), "score every plan of a profile (resumable)"),
     "search_plans": (service.search_plans, lambda p: (
-        p.add_argument("--strategy", default="quick"), p.add_argument("--seed", type=int, default=0), _search_args(p, 500)),
-        "quick (TPE) or focused search"),
-    "apply_candidate": (service.apply_candidate, lambda p: (p.add_argument("--plan", required=True),
-                                                            p.add_argument("--dry-run", type=_bool, default=True)),
-                        "gate and (with --dry-run false) apply a plan"),
-    "apply_best_verified": (service.apply_best_verified, lambda p: p.add_argument("--dry-run", type=_bool, default=True),
-                            "gate and apply the best verified plan"),
-    "rollback": (service.rollback, lambda p: (p.add_argument("--backup", default=None),
-                                              p.add_argument("--dry-run", type=_bool, default=False)), "restore the latest backup"),
+        p.add_argument("--strategy", default="quick", metavar="quick|focused",
+                       help="quick: seeded TPE with the learned model's picks and local polish; focused: a sweep around the "
+                            "best plan of the history (default quick)"),
+        _seed_arg(p), _search_args(p, 500)), "broad search over the whole space"),
+    "apply_candidate": (service.apply_candidate, lambda p: (
+        p.add_argument("--plan", required=True, metavar="REF", help="the candidate: " + PLAN_HELP.split(" (")[0]),
+        _dry_run_arg(p, True)), "gate a plan and (with --dry-run false) write it to kernel_plan.json (exit 1 when the gate fails)"),
+    "apply_best_verified": (service.apply_best_verified, lambda p: _dry_run_arg(p, True),
+                            "gate and apply the best verified plan of fixtures and history (exit 1 when none passes)"),
+    "rollback": (service.rollback, lambda p: (
+        p.add_argument("--backup", default=None, metavar="PATH", help="a backup in .harnessgym/backups (default: the latest)"),
+        _dry_run_arg(p, False)), "restore kernel_plan.json from a backup"),
     "export_candidate_fixture": (service.export_candidate_fixture, lambda p: (
-        p.add_argument("--name", required=True), _plan_arg(p), p.add_argument("--note", default=""),
+        p.add_argument("--name", required=True, metavar="NAME", help="fixture name: letters, digits, '_', '-', '.'"),
+        _plan_arg(p), p.add_argument("--note", default="", metavar="TEXT", help="provenance note"),
         p.add_argument("--overwrite", action="store_true", help="replace an existing fixture (a backup is kept)")),
         "write a new fixtures/NAME.json"),
-    "compare_history": (service.compare_history, lambda p: p.add_argument("--limit", type=_positive_int, default=10),
-                        "current plan vs fixtures and studies"),
-    "rank_experiments": (service.rank_experiments, lambda p: None, "studies ranked by best verified final"),
-    "record_result": (service.record_result, lambda p: (p.add_argument("--path", default=RESULT_PATH),
-                                                        p.add_argument("--tools", nargs="*", default=None)),
-                      "write the iteration result JSON"),
+    "compare_history": (service.compare_history, lambda p: _limit_arg(p, 10, "rows"),
+                        "the current plan beside fixtures and the best of every study"),
+    "rank_experiments": (service.rank_experiments, lambda p: None, "studies ranked by their best verified final"),
+    "record_result": (service.record_result, lambda p: (
+        p.add_argument("--path", default=RESULT_PATH, metavar="PATH",
+                       help=f"result JSON inside the workspace: a new file or an earlier result (default {RESULT_PATH})"),
+        p.add_argument("--tools", nargs="*", default=None, metavar="NAME", help="extra tool names to record as used")),
+        "write the iteration result JSON"),
+    "report": (service.report, lambda p: p.add_argument(
+        "--out", default=f"{OUTPUT_DIR}/report.html", metavar="PATH", help=f"an HTML file under {OUTPUT_DIR}/ (default %(default)s)"),
+        "write the HTML report of the history (plotly, works offline)"),
 }
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="tuner", description="Tune kernel_plan.json against benchmark.py (best_cycles: lower is better).")
-    top.add_argument("--workspace", default=".", help="folder holding kernel_plan.json (default: .)")
-    top.add_argument("--history", default=None, help="history file or SQLAlchemy URL (default: WORKSPACE/studies/history.db)")
+    top = argparse.ArgumentParser(prog="tuner", description="Tune kernel_plan.json against benchmark.py (best_cycles: lower is better). "
+                                  "Exit status: 0 done, 1 refused or failed, 2 bad input, 130 interrupted.")
+    top.add_argument("--workspace", default=".", metavar="DIR", help="folder holding kernel_plan.json (default: .)")
+    top.add_argument("--history", default=None, metavar="PATH|URL",
+                     help="history file or SQLAlchemy URL (default: WORKSPACE/studies/history.db, created when missing; "
+                          "another file's folder must exist)")
     top.add_argument("--objective", default="builtin", metavar="builtin|command|cache:PATH",
                      help="builtin: the tensor-plan task (fast); command: the workspace's own benchmark.py; "
                           "cache:PATH: replay measured results (a Kernel Tuner cache .json/.json.gz or a T4 results file)")
     top.add_argument("--space", default=None, metavar="T1.json",
                      help="with a cache objective: a T1 tuning-problem file naming the same knobs (adds restrictions and defaults)")
-    top.add_argument("--json", action="store_true", help="print the result as JSON")
+    top.add_argument("--json", action="store_true", help="print the result as JSON (default: readable text)")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, add, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
@@ -128,25 +179,71 @@ def parser() -> argparse.ArgumentParser:
     return top
 
 
-def _render_run(result: dict[str, Any]) -> str:
+def _scalar(value: Any) -> str:
+    if isinstance(value, float):
+        return f"{value:,.6g}"
+    if isinstance(value, int) and not isinstance(value, bool):
+        return f"{value:,}"
+    return "-" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def readable(value: Any, indent: int = 0) -> list[str]:
+    """``value`` (a tool's result) as indented ``key: value`` lines; lists of objects as items."""
+    pad = " " * indent
+    if isinstance(value, dict):
+        lines = []
+        for key, item in value.items():
+            if isinstance(item, dict | list) and item:
+                lines += [f"{pad}{key}:", *readable(item, indent + 2)]
+            else:
+                lines.append(f"{pad}{key}: {_scalar(item) if not isinstance(item, dict | list) else '-'}")
+        return lines
+    if isinstance(value, list):
+        if all(not isinstance(item, dict | list) for item in value):
+            return [f"{pad}{', '.join(_scalar(item) for item in value)}"]
+        lines = []
+        for item in value:
+            inner = readable(item, indent + 2)
+            lines += [f"{pad}- {inner[0].lstrip()}", *inner[1:]] if inner else [f"{pad}-"]
+        return lines
+    return [f"{pad}{_scalar(value)}"]
+
+
+def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
     base = result["baseline"]
-    lines = [f"baseline  dev {base['dev']:>10}  final {base['final']:>10}  ({base['plan_hash']})"]
+    lines = [f"baseline: dev {base['dev']:,} cycles, final {base['final']:,} cycles (plan {base['plan_hash']})"]
     for step in result["steps"]:
-        if "study" in step:
-            lines.append(f"  {step['step']:<11} {step['evaluations']:>9} evals  best dev {step['best_dev']}  ({step['stopped']})")
+        if "study" not in step:
+            continue
+        target = step.get("target", "")
+        what = f"{step['step']} ({target})" if target and target != "space" else step["step"]
+        resumed = f", resumed after {step['resumed_from']:,}" if step.get("resumed_from") else ""
+        best = f"best dev {step['best_dev']:,}" if step["best_dev"] is not None else "nothing correct"
+        lines.append(f"  {what}: {step['evaluations']:,} evaluations{resumed}, {best}, stopped: {step['stopped']}")
     if "best" in result:
         best, speed = result["best"], result["speedup"]
-        lines.append(f"best      dev {best['dev']:>10}  final {best['final']:>10}  ({best['plan_hash']}, correct in both modes)")
-        lines.append(f"speedup   dev {speed['dev']:.2f}x  final {speed['final']:.2f}x")
+        lines.append(f"best: dev {best['dev']:,} cycles, final {best['final']:,} cycles (plan {best['plan_hash']}, correct in both modes)")
+        lines.append(f"speedup: dev {speed['dev']:.2f}x, final {speed['final']:.2f}x")
         comps = result["winner_trace"]["components"]
         lines.append("winner's final trace: " + ", ".join(f"{k} {v['share']:.0%}" for k, v in comps.items() if v["share"] >= 0.01))
-        key = "applied" if "applied" in result else "would_apply"
-        lines.append(("applied to kernel_plan.json: " if key == "applied" else "would apply (use --apply): ")
-                     + ", ".join(f"{k} {v['from']}->{v['to']}" for k, v in result[key].items()))
+        applied = "applied" in result
+        lines.append("applied to kernel_plan.json:" if applied else "would apply (use --apply):")
+        changes = result["applied" if applied else "would_apply"]
+        lines += [f"  {knob}: {change['from']} -> {change['to']}" for knob, change in changes.items()]
+        if applied:
+            lines.append(f"undo with: python -m tuner --workspace {ctx.workspace.root} rollback")
     else:
         lines.append("no candidate passed the gate: " + "; ".join(result["gate"].get("reasons", [])))
-    lines.append(f"{result['seconds']} s")
+    lines.append(f"history: {ctx.history_url}")
+    if result.get("report"):
+        lines.append(f"report: {ctx.workspace.root / result['report']['path']}")
+    lines.append(f"took {result['seconds']:.1f} seconds")
     return "\n".join(lines)
+
+
+def _refused(command: str, result: dict[str, Any]) -> bool:
+    """Whether the tool refused: an invalid plan, or a gate that did not pass."""
+    return (command == "validate_plan" and not result.get("valid")) or (command.startswith("apply_") and not result.get("passed"))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -155,17 +252,29 @@ def main(argv: list[str] | None = None) -> int:
         return args.handler(args)
     function, _, _ = COMMANDS[args.command]
     kwargs = {k: v for k, v in vars(args).items() if k not in ("workspace", "history", "objective", "space", "json", "command")}
+    ctx = None
     try:
         ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command)
-        try:
-            result = function(ctx, **kwargs)
-        finally:
-            ctx.close()
+        result = function(ctx, **kwargs)
+        if args.json:
+            print(json.dumps(result, indent=2), flush=True)
+        else:
+            print(_render_run(result, ctx) if args.command == "run" else "\n".join(readable(result)), flush=True)
     except INPUT_ERRORS as exc:
-        print(f"tuner {args.command}: error: {exc}", file=sys.stderr)
+        print(f"tuner {args.command}: error: {str(exc)[:MAX_PATH_CHARS * 2]}", file=sys.stderr)
         return 2
-    except (ObjectiveError, HistoryError) as exc:
-        print(f"tuner {args.command}: failed: {exc}", file=sys.stderr)
+    except (ObjectiveError, HistoryError, OSError) as exc:
+        if isinstance(exc, BrokenPipeError):           # the reader (head, less) stopped reading: nothing is lost
+            os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+            return 0
+        print(f"tuner {args.command}: failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
         return 1
-    print(_render_run(result) if args.command == "run" and not args.json else json.dumps(result, indent=2))
-    return 0
+    except KeyboardInterrupt:
+        where = ctx.history_url if ctx is not None else "the history"
+        print(f"\ntuner {args.command}: interrupted; the progress is saved in {where}: run the same command again to resume",
+              file=sys.stderr)
+        return 130
+    finally:
+        if ctx is not None:
+            ctx.close()
+    return 1 if _refused(args.command, result) else 0

@@ -64,7 +64,14 @@ optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 class HistoryError(RuntimeError):
-    """The history database cannot be opened or written."""
+    """The history database cannot be written."""
+
+
+class HistoryUnavailable(HistoryError, ValueError):
+    """The history cannot be opened: a bad path or URL, or its database driver is not installed."""
+
+
+DRIVER_EXTRAS = {"postgresql": "postgres"}              # URL scheme -> the package extra that installs its driver
 
 
 @dataclass
@@ -123,6 +130,16 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
+def _safe(url: str) -> str:
+    """``url`` with any password hidden."""
+    from sqlalchemy.engine import make_url
+
+    try:
+        return repr(make_url(url).render_as_string(hide_password=True))
+    except Exception:                       # not a URL SQLAlchemy can parse: the text says so itself
+        return repr(url[:200])
+
+
 def _sqlite_file_exists(url: str) -> bool:
     path = url.split("sqlite:///", 1)[-1] if "sqlite:///" in url else ""
     return bool(path) and path != ":memory:" and Path(path).is_file()
@@ -165,9 +182,17 @@ class History:
             self.engine = _sqlite_engine(url, read_only) if self.sqlite else create_engine(url)
             if not read_only or url == "sqlite://":
                 _META.create_all(self.engine)
+            if url == "sqlite://":
+                models.BaseModel.metadata.create_all(self.engine)     # an empty history reads Optuna's tables too
             self.storage = self._optuna_storage(url)
-        except SQLAlchemyError as exc:
-            raise HistoryError(f"cannot open history {url!r}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from None
+        except ImportError as exc:
+            scheme = url.split(":", 1)[0].split("+", 1)[0]
+            extra = DRIVER_EXTRAS.get(scheme)
+            hint = (f"the '{extra}' extra installs psycopg 3: pip install -e '.[{extra}]', then use {scheme}+psycopg://..."
+                    if extra else "install the driver SQLAlchemy names")
+            raise HistoryUnavailable(f"the database driver for {scheme} ({exc.name}) is not installed; {hint}") from None
+        except (SQLAlchemyError, OSError) as exc:
+            raise HistoryUnavailable(f"cannot open history {_safe(url)}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from None
 
     def _optuna_storage(self, url: str) -> optuna.storages.RDBStorage:
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if self.sqlite else {}
@@ -204,6 +229,22 @@ class History:
                  .order_by(EVALUATIONS.c.best_cycles, EVALUATIONS.c.plan_hash).limit(limit))
         with self.engine.connect() as connection:
             return [_row(r) for r in connection.execute(query)]
+
+    def sample(self, objective: str, mode: str, limit: int) -> list[Row]:
+        """Up to ``limit`` evaluations of ``objective`` in ``mode``, by plan hash: a fixed pseudo-random sample (one query)."""
+        query = (select(EVALUATIONS).where(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode)
+                 .order_by(EVALUATIONS.c.plan_hash).limit(limit))
+        with self.engine.connect() as connection:
+            return [_row(r) for r in connection.execute(query)]
+
+    def paired(self, objective: str, first: str, second: str, limit: int) -> list[tuple[float | None, bool, float | None, bool]]:
+        """``(value, correct)`` in ``first`` and in ``second`` of up to ``limit`` plans scored in both modes (one query)."""
+        a, b = EVALUATIONS.alias("a"), EVALUATIONS.alias("b")
+        query = (select(a.c.best_cycles, a.c.correct, b.c.best_cycles, b.c.correct)
+                 .join_from(a, b, and_(b.c.plan_hash == a.c.plan_hash, b.c.objective == a.c.objective, b.c.mode == second))
+                 .where(a.c.objective == objective, a.c.mode == first).order_by(a.c.plan_hash).limit(limit))
+        with self.engine.connect() as connection:
+            return [(v1, bool(c1), v2, bool(c2)) for v1, c1, v2, c2 in connection.execute(query)]
 
     def scored(self, objective: Objective, mode: str, idx: np.ndarray) -> dict[str, Row]:
         """Rows of the configurations ``idx`` in ``mode``: from the cache, the rest scored now (and cached unless read-only)."""

@@ -31,7 +31,21 @@ from tuner.strategies import STRATEGIES
 from tuner.task.benchmark import case_indicators, infeasibility
 from tuner.task.suites import MODES
 from tuner.task.trace import COMPONENTS
-from tuner.workspace import LIMITS, MANIFEST, RESULT_PATH, SERVER_DIR, TELEMETRY, WRITE_KINDS, Workspace, WorkspaceError, check_name, quoted
+from tuner.workspace import (
+    LIMITS,
+    MANIFEST,
+    OUTPUT_DIR,
+    RESULT_PATH,
+    SERVER_DIR,
+    TELEMETRY,
+    WRITE_KINDS,
+    Workspace,
+    WorkspaceError,
+    check_name,
+    quoted,
+)
+
+RUN_BEST = f"{OUTPUT_DIR}/tuner_run_best.json"       # the main job's applied winner, in fixture form (usable as --plan)
 
 
 class ServiceError(ValueError):
@@ -48,7 +62,8 @@ WRITES: dict[str, frozenset[str]] = {
     **dict.fromkeys(("apply_candidate", "apply_best_verified", "rollback"), frozenset({"plan"})),
     "export_candidate_fixture": frozenset({"fixture"}),
     "record_result": frozenset({"result"}),
-    "run": frozenset({"history", "plan", "fixture"}),
+    "run": frozenset({"history", "plan", "output"}),
+    "report": frozenset({"output"}),
 }
 
 
@@ -75,6 +90,8 @@ class Context:
             raise ServiceError("--space applies to a cache objective only (the tensor plan's space is built in)")
         writes = WRITES[tool] if tool is not None else frozenset({"history", *WRITE_KINDS})
         ws = Workspace.at(workspace, writes & frozenset(WRITE_KINDS))   # history and objective: the operator's choice, not arguments
+        if history is not None:
+            _check_history_folder(history)
         ctx = cls(ws, resolve_url(history if history is not None else ws.root / "studies" / "history.db"), objective,
                   space_path=space, writes_history="history" in writes, **kw)
         if objective.startswith("cache:"):
@@ -105,6 +122,15 @@ class Context:
         if not self.is_plan:
             raise ServiceError(f"{tool} works on the tensor-plan problem only (objective builtin or command), "
                                f"not on {self.objective_kind}")
+
+
+def _check_history_folder(history: str) -> None:
+    """Only the default history folder is created on its own: a history file elsewhere needs its folder."""
+    if "://" in history and not history.startswith("sqlite:///"):
+        return
+    path = Path(history.removeprefix("sqlite:///"))
+    if str(path) not in ("", ":memory:") and not path.parent.is_dir():
+        raise ServiceError(f"history folder {quoted(str(path.parent))} does not exist (only the default studies/ is created)")
 
 
 def _mode(ctx: Context, mode: str) -> str:
@@ -222,7 +248,11 @@ def candidate_diff(ctx: Context, candidate: str | dict[str, Any], against: str |
 
 def _search(ctx: Context, spec: Spec) -> dict[str, Any]:
     search = Search(ctx.history, ctx.objective, spec, progress=ctx.progress, should_stop=ctx.should_stop)
-    outcome: Outcome = STRATEGIES[spec.strategy](search)
+    try:
+        outcome: Outcome = STRATEGIES[spec.strategy](search)
+    except KeyboardInterrupt:
+        search.flush(state="cancelled")             # what was scored is kept; the same command resumes
+        raise
     return _outcome(ctx, outcome, spec)
 
 
@@ -448,12 +478,22 @@ def export_candidate_fixture(ctx: Context, name: str, plan: str | dict[str, Any]
         raise ServiceError(f"overwrite must be true or false (a boolean), got {quoted(overwrite)}")
     resolved, label = _plan(ctx, plan)
     relative = f"fixtures/{name}.json"
-    fixture = {"name": name, "plan": resolved,
-               "metrics": {m: {k: v for k, v in r.items()} for m, r in _measure(ctx, resolved).items()},
-               "provenance": {"source": label, "plan_hash": plan_hash(resolved), "objective": ctx.objective.name,
-                              "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "note": note}}
+    fixture = _fixture_object(ctx, name, resolved, label, note)
     backup = ctx.workspace.write("fixture", relative, json.dumps(fixture, indent=2) + "\n", replace=overwrite)
     return {"fixture": name, "path": relative, "backup": backup, "metrics": fixture["metrics"]}
+
+
+def _fixture_object(ctx: Context, name: str, plan: Plan, source: str, note: str) -> dict[str, Any]:
+    """A fixture: the plan, its metrics in every mode and where it came from."""
+    return {"name": name, "plan": plan, "metrics": _measure(ctx, plan),
+            "provenance": {"source": source, "plan_hash": plan_hash(plan), "objective": ctx.objective.name,
+                           "exported": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()), "note": note}}
+
+
+def _write_output(ctx: Context, relative: str, data: dict[str, Any]) -> dict[str, Any]:
+    """Write an output of the main job under results/ (replacing one keeps a backup)."""
+    backup = ctx.workspace.write("output", relative, json.dumps(data, indent=2) + "\n")
+    return {"path": relative, "backup": backup, "metrics": data.get("metrics")}
 
 
 def _telemetry_tools(ctx: Context) -> list[str]:
@@ -495,10 +535,51 @@ def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None
     return {"path": str(PurePosixPath(ctx.workspace.path(path).relative_to(ctx.workspace.root))), "backup": backup, **result}
 
 
+# --- the report ---------------------------------------------------------------------------------
+
+REPORT_PLANS = {"baseline": "baseline_row_major", "iteration-2": "tensor_plan_iteration2_neighborhood_best"}   # fixtures, when present
+
+
+def report(ctx: Context, out: str = f"{OUTPUT_DIR}/report.html") -> dict[str, Any]:
+    """Write the HTML report of the history (plotly, works offline) to ``out`` under results/: convergence,
+    knob importance, per-knob marginals and, where the problem has them, the dev/final scatter and the
+    winner's trace against the baseline and iteration-2. Returns its path and the sections it holds."""
+    from tuner.report import page
+
+    if not isinstance(out, str) or not out.endswith(".html"):
+        raise ServiceError(f"out must name an .html file under {OUTPUT_DIR}/, got {quoted(out)}")
+    info = report_info(ctx)
+    unit = "cycles" if ctx.is_plan else "ms"
+    backup = ctx.workspace.write("output", out, page(f"Tuning report: {ctx.objective.name}", info, unit))
+    return {"path": str(PurePosixPath(ctx.workspace.path(out).relative_to(ctx.workspace.root))), "backup": backup,
+            "sections": [k for k, v in info.items() if v]}
+
+
+def report_info(ctx: Context) -> dict[str, Any]:
+    """The data of every report section that applies to the problem (tuner.report's ``*_info``)."""
+    from tuner import report as figures
+
+    first, last = _first_last(ctx)
+    name, space, history = ctx.objective.name, ctx.objective.space, ctx.history
+    info: dict[str, Any] = {"convergence": figures.convergence_info(history, name),
+                            "importance": figures.importance_info(history, name, first, space),
+                            "marginals": figures.marginals_info(history, name, first, space)}
+    if last != first:
+        info["scatter"] = figures.scatter_info(history, name, first, last)
+    if ctx.is_plan:
+        best = compare_history(ctx, limit=1)["best_verified"]
+        plans = {"winner": best["plan"] if best else ctx.workspace.current_plan()}
+        plans |= {label: ctx.workspace.resolve_plan(f)[0] for label, f in REPORT_PLANS.items() if f in ctx.workspace.fixture_names()}
+        info["trace"] = figures.trace_info({label: {m: ctx.objective.report(plan, m) for m in ctx.objective.modes}
+                                            for label, plan in plans.items()})
+    return info
+
+
 __all__ = [
     "WRITES", "Context", "ServiceError", "apply_best_verified", "apply_candidate", "benchmark_plan", "bounded_exhaustive_search",
     "candidate_diff", "compare_history", "export_candidate_fixture", "local_neighborhood_search", "rank_experiments",
-    "record_result", "resume_search_history", "rollback", "run_objective", "search_plans", "trace_summary", "validate_plan",
+    "record_result", "report", "report_info", "resume_search_history", "rollback", "run_objective", "search_plans",
+    "trace_summary", "validate_plan",
 ]
 
 
@@ -535,7 +616,8 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
             searches.append(bounded_exhaustive_search(ctx, profile, include_final=True, time_s=left()))
     if left() > 0:
         searches.append(search_plans(ctx, "quick", max_evals=500, time_s=left(), seed=seed))
-    steps += [{"step": s["strategy"], "study": s["study"], "evaluations": s["evaluations"], "stopped": s["stopped"],
+    steps += [{"step": s["strategy"], "target": s["target"], "study": s["study"], "evaluations": s["evaluations"],
+               "resumed_from": s["evaluations"] - s["new_evaluations"], "stopped": s["stopped"],
                "best_dev": s["best"]["dev"] if s["best"] else None} for s in searches]
     verified = apply_best_verified(ctx, dry_run=not apply)
     winner = ctx.workspace.current_plan() if verified.get("applied") else None
@@ -552,7 +634,9 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
                                    if k in ("components", "hotspot", "findings")}
         outcome["would_apply" if not apply else "applied"] = verified["diff"]
         if winner is not None:
-            outcome["fixture"] = export_candidate_fixture(ctx, "tuner_run_best", None, "written by python -m tuner run --apply")
+            fixture = _fixture_object(ctx, "tuner_run_best", winner, "python -m tuner run --apply", "the main job's applied winner")
+            outcome["fixture"] = _write_output(ctx, RUN_BEST, fixture)
     outcome["history"] = compare_history(ctx, limit=5)
+    outcome["report"] = report(ctx)
     outcome["seconds"] = round(float(time_s) - left(), 2)
     return outcome

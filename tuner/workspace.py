@@ -30,7 +30,8 @@ BACKUP_DIR = ".harnessgym/backups"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")   # a plain file name stem: fixtures, profiles
 MAX_PATH_CHARS = 512                                        # longest path argument accepted
 LIMITS = {"time_s": 86_400, "max_evals": 10_000_000, "limit": 100}   # largest budgets and row counts a tool accepts
-WRITE_KINDS = ("plan", "fixture", "result")                 # what a workspace write may be
+WRITE_KINDS = ("plan", "fixture", "result", "output")       # what a workspace write may be
+OUTPUT_DIR = "results"                                      # where the main job's report and winner go (not read as fixtures)
 PROTECTED = (".git", ".harnessgym/mcp", ".harnessgym/runtime", BACKUP_DIR, "studies", "fixtures", "tuner", "tests")
 RESULT_KEYS = {"metrics", "plan_hash", "used_harness_tools"}  # an earlier result file, which a new result may replace
 
@@ -185,18 +186,22 @@ class Workspace:
 
 def _check_kind(kind: str, rel: PurePosixPath) -> None:
     """Refuse ``rel`` for a write of ``kind``: the plan is only ``kernel_plan.json``, a fixture only
-    ``fixtures/NAME.json``, a result any other ``.json`` outside the protected folders and manifests."""
+    ``fixtures/NAME.json``, an output only a file under ``results/``, a result any other ``.json``
+    outside the protected folders and manifests."""
     text = str(rel)
     if kind == "plan":
         allowed = text == PLAN_FILE
     elif kind == "fixture":
         allowed = len(rel.parts) == 2 and rel.parts[0] == "fixtures" and rel.suffix == ".json"
+    elif kind == "output":
+        allowed = len(rel.parts) >= 2 and rel.parts[0] == OUTPUT_DIR and rel.suffix in (".json", ".html")
     else:
         protected = any(text == p or text.startswith(p + "/") for p in PROTECTED) or ".git" in rel.parts
         allowed = rel.suffix == ".json" and text != PLAN_FILE and not protected and rel.name != Path(MANIFEST).name
     if not allowed:
         raise WorkspaceError(f"a {kind} write may not touch {quoted(text)} "
                              + {"plan": f"(only {PLAN_FILE})", "fixture": "(only fixtures/NAME.json)",
+                                "output": f"(only .json or .html files under {OUTPUT_DIR}/)",
                                 "result": "(a .json file outside .git, manifests, backups, studies, fixtures, code and the plan)"}[kind])
 
 
@@ -237,5 +242,5 @@ def atomic_write(path: Path, text: str) -> None:
         os.close(directory)
 
 
-__all__ = ["BACKUP_DIR", "LIMITS", "MANIFEST", "MAX_PATH_CHARS", "PLAN_FILE", "RESULT_PATH", "SERVER_DIR", "TELEMETRY", "WRITE_KINDS",
-           "Workspace", "WorkspaceError", "atomic_write", "check_name", "quoted"]
+__all__ = ["BACKUP_DIR", "LIMITS", "MANIFEST", "MAX_PATH_CHARS", "OUTPUT_DIR", "PLAN_FILE", "RESULT_PATH", "SERVER_DIR", "TELEMETRY",
+           "WRITE_KINDS", "Workspace", "WorkspaceError", "atomic_write", "check_name", "quoted"]

@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+import argparse
+import contextlib
 import json
+import signal
+import sqlite3
 import subprocess
 import sys
 from itertools import pairwise
+from pathlib import Path
 
 import pytest
 from conftest import ROOT
@@ -74,6 +79,75 @@ def test_main_job_improves_the_baseline_at_least_five_times(workspace):
     assert after["correct_in_all"]
     assert fixture["dev"]["best_cycles"] >= 5 * after["best_cycles"]["dev"]
     assert after["best_cycles"]["final"] <= fixture["final"]["best_cycles"]
-    assert (workspace / "fixtures" / "tuner_run_best.json").is_file()
+    assert (workspace / "results" / "tuner_run_best.json").is_file() and not (workspace / "fixtures" / "tuner_run_best.json").exists()
+    report = next(line for line in out.stdout.splitlines() if line.startswith("report: ")).removeprefix("report: ")
+    assert Path(report).is_file() and "rollback" in out.stdout and "history: " in out.stdout
     ranking = json.loads(tuner(workspace, "--json", "rank_experiments").stdout)["ranking"]
     assert ranking and ranking[0]["rank"] == 1 and all(a["final"] <= b["final"] for a, b in pairwise(ranking))
+
+
+def test_every_option_has_help_and_the_default_output_is_readable(workspace):
+    from tuner.cli import parser
+
+    top = parser()
+    commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
+    for name, sub in [("tuner", top), *commands.items()]:
+        for action in sub._actions:
+            if not isinstance(action, argparse._SubParsersAction):
+                assert action.help, (name, action.dest)
+    out = tuner(workspace, "run_objective", "--mode", "final")
+    assert out.returncode == 0 and out.stdout.startswith("plan_source: ") and "best_cycles: " in out.stdout
+    with pytest.raises(json.JSONDecodeError):
+        json.loads(out.stdout)
+
+
+def test_a_refusal_exits_1_and_keeps_the_plan(workspace):
+    before = (workspace / "kernel_plan.json").read_bytes()
+    (workspace / "bad.json").write_text('{"block_m": 3}')
+    out = tuner(workspace, "validate_plan", "--plan", "bad.json")
+    assert out.returncode == 1 and "valid: false" in out.stdout
+    worse = tuner(workspace, "--json", "apply_candidate", "--plan", "baseline_row_major", "--dry-run", "false")
+    assert worse.returncode == 1 and json.loads(worse.stdout)["passed"] is False
+    assert (workspace / "kernel_plan.json").read_bytes() == before
+
+
+@pytest.mark.parametrize(("history", "fragment"), [
+    ("/proc/nowhere/h.db", "does not exist"),
+    ("postgresql+pg8000://user@127.0.0.1:1/db", "'.[postgres]'"),
+])
+def test_an_unusable_history_exits_2_with_one_line(workspace, history, fragment):
+    out = tuner(workspace, "--history", history, "compare_history")
+    assert out.returncode == 2 and fragment in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    assert not Path(history).parent.exists()
+
+
+def test_ctrl_c_exits_130_with_one_line_and_keeps_the_progress(workspace):
+    database = workspace / "studies" / "history.db"
+    process = subprocess.Popen([sys.executable, "-m", "tuner", "--workspace", str(workspace), "search_plans", "--max-evals", "1000000"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+    def scored() -> int:
+        try:
+            with sqlite3.connect(database) as connection:
+                return connection.execute("select count(*) from tuner_evaluations").fetchone()[0]
+        except sqlite3.OperationalError:
+            return 0
+
+    while scored() == 0 and process.poll() is None:        # wait until work is under way (a state, not a time)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=0.05)
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130, err
+    assert len(err.strip().splitlines()) == 1 and "interrupted" in err and "resume" in err and "Traceback" not in err
+    with sqlite3.connect(database) as connection:
+        state, evaluations = connection.execute("select state, evaluations from tuner_sweeps").fetchone()
+    assert state == "cancelled" and evaluations > 0
+
+
+def test_a_closed_pipe_ends_quietly(workspace):
+    process = subprocess.Popen([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--json", "trace_summary"],
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
+    process.stdout.close()                                  # the reader is gone before anything is written, as with `| head -0`
+    err = process.stderr.read().decode()
+    assert process.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, toy_cache
 
 from tuner.objectives.cache import NOT_MEASURED, CacheObjective
 from tuner.plan import SPACE
@@ -22,14 +22,6 @@ CACHES = ROOT.parent / "shared" / "data" / "gpu-caches"
 def t1(params, conditions=()):
     return {"General": {"BenchmarkName": "toy"},
             "ConfigurationSpace": {"TuningParameters": params, "Conditions": [{"Expression": c} for c in conditions]}}
-
-
-def toy_cache(tmp_path: Path, records: dict[tuple[int, int], object], name="toy.json.gz") -> Path:
-    data = {"kernel_name": "toy", "tune_params_keys": ["bx", "tile"], "tune_params": {"bx": [32, 64, 128], "tile": [1, 2]},
-            "cache": {f"{bx},{tile}": {"bx": bx, "tile": tile, "time": t} for (bx, tile), t in records.items()}}
-    path = tmp_path / name
-    path.write_bytes(gzip.compress(json.dumps(data).encode()) if name.endswith(".gz") else json.dumps(data).encode())
-    return path
 
 
 def test_t1_values_conditions_defaults_and_kinds():

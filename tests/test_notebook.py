@@ -1,0 +1,25 @@
+"""The walkthrough notebook executes end to end (nbclient, the python3 kernel of this environment) and is stored without outputs."""
+
+from __future__ import annotations
+
+import nbformat
+from conftest import ROOT
+from nbclient import NotebookClient
+
+NOTEBOOK = ROOT / "notebooks" / "walkthrough.ipynb"
+
+
+def test_the_walkthrough_is_stored_without_outputs():
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    code = [cell for cell in notebook.cells if cell.cell_type == "code"]
+    assert code and all(not cell.outputs and cell.execution_count is None for cell in code)
+
+
+def test_the_walkthrough_executes_with_the_reports_figures_inline():
+    notebook = nbformat.read(NOTEBOOK, as_version=4)
+    NotebookClient(notebook, kernel_name="python3", timeout=600, resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
+    outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
+    assert not [o for o in outputs if o.output_type == "error"]
+    plots = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
+    assert len(plots) == 6
+    assert any("dev best_cycles:" in o.get("text", "") for o in outputs)

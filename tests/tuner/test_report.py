@@ -1,0 +1,111 @@
+"""The HTML report: pure data functions (no plotly), sections per problem, and a real headless Chromium render."""
+
+from __future__ import annotations
+
+import shutil
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import ROOT, toy_cache
+
+from tuner import report, service
+from tuner.plan import SPACE
+
+
+@pytest.fixture(scope="module")
+def searched(tmp_path_factory):
+    """A workspace whose history holds a quick search, a local search and part of a profile."""
+    from conftest import COPY_ITEMS
+
+    root = tmp_path_factory.mktemp("report") / "ws"
+    root.mkdir()
+    for item in COPY_ITEMS:
+        source = ROOT / item
+        if source.is_dir():
+            shutil.copytree(source, root / item, ignore=shutil.ignore_patterns("__pycache__", "*.db*"))
+        else:
+            shutil.copy2(source, root / item)
+    ctx = service.Context.create(root)
+    service.search_plans(ctx, "quick", max_evals=80, seed=3)
+    service.local_neighborhood_search(ctx, fixture="tensor_plan_attempt1_best", max_evals=60)
+    service.bounded_exhaustive_search(ctx, "iteration3_dev_core", max_evals=3000)
+    ctx.close()
+    return root
+
+
+def test_figure_data_is_built_without_plotly(searched):
+    ctx = service.Context.create(searched, tool="report")
+    name = ctx.objective.name
+    convergence = report.convergence_info(ctx.history, name)
+    assert len(convergence) == 3
+    for study in convergence:
+        assert len(study["evaluations"]) == len(study["best"]) and np.all(np.diff(study["best"]) <= 0)
+        assert np.all(np.diff(study["evaluations"]) > 0)
+    importance = report.importance_info(ctx.history, name, "dev", SPACE)
+    assert importance and set(importance) <= set(SPACE.names) and abs(sum(importance.values()) - 1) < 1e-6
+    assert importance == report.importance_info(ctx.history, name, "dev", SPACE)            # seeded: the same every time
+    marginals = report.marginals_info(ctx.history, name, "dev", SPACE)
+    for knob, m in marginals.items():
+        assert len(m["values"]) == len(m["best"]) == len(m["median"]) >= 1
+        assert all(b <= med for b, med in zip(m["best"], m["median"], strict=True)), knob
+    scatter = report.scatter_info(ctx.history, name, "dev", "final")
+    assert len(scatter["dev"]) == len(scatter["final"]) == len(scatter["correct"]) > 0
+    reports = {"winner": {m: ctx.objective.report(SPACE.decode(SPACE.default()), m) for m in ("dev", "final")}}
+    trace = report.trace_info(reports)
+    assert set(trace) == {"dev", "final"}
+    for cases in trace["dev"]["winner"].values():
+        assert cases and all(v >= 0 for v in cases.values())
+    ctx.close()
+
+
+def test_report_of_a_cache_leaves_out_what_does_not_apply(tmp_path):
+    records = {(bx, tile): 1.0 + bx / 64 + tile for bx in (32, 64, 128) for tile in (1, 2)}
+    records[(128, 2)] = "InvalidConfig"
+    cache = toy_cache(tmp_path, records)
+    ctx = service.Context.create(tmp_path, objective=f"cache:{cache}")
+    service.search_plans(ctx, "quick", max_evals=6, seed=0)
+    out = service.report(ctx)
+    assert "trace" not in out["sections"] and "scatter" not in out["sections"] and "convergence" in out["sections"]
+    text = (tmp_path / out["path"]).read_text()
+    assert "Where the cycles go" not in text and "Marginal: bx" in text
+    ctx.close()
+
+
+def _png_is_blank(png: bytes) -> bool:
+    """Whether a PNG's pixels take (almost) one value: the decoded image rows have too few distinct bytes."""
+    data, pos = b"", 8
+    while pos < len(png):
+        length = int.from_bytes(png[pos:pos + 4], "big")
+        if png[pos + 4:pos + 8] == b"IDAT":
+            data += png[pos + 8:pos + 8 + length]
+        pos += 12 + length
+    return len(set(zlib.decompress(data))) < 8
+
+
+def test_the_report_renders_every_figure_in_headless_chromium(searched):
+    from playwright.sync_api import sync_playwright
+
+    out = service.report(service.Context.create(searched, tool="report"))
+    assert set(out["sections"]) == {"convergence", "importance", "marginals", "scatter", "trace"}
+    path = Path(searched / out["path"])
+    errors: list[str] = []
+    with sync_playwright() as p:
+        browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
+        page = browser.new_page(viewport={"width": 1280, "height": 900})
+        page.on("console", lambda message: errors.append(message.text) if message.type == "error" else None)
+        page.on("pageerror", lambda error: errors.append(str(error)))
+        page.goto(path.as_uri(), wait_until="load")
+        page.wait_for_function("document.querySelectorAll('.js-plotly-plot').length > 0 && "
+                               "[...document.querySelectorAll('.js-plotly-plot')].every(d => d.querySelector('svg.main-svg'))")
+        plots = page.eval_on_selector_all(".js-plotly-plot", "ds => ds.map(d => d.querySelectorAll('svg.main-svg path, "
+                                                             "svg.main-svg rect').length)")
+        headings = page.eval_on_selector_all("h2", "hs => hs.length")
+        shot = page.screenshot(full_page=False)
+        browser.close()
+    assert errors == []
+    marginals = sum(1 for size in SPACE.sizes if size > 1)
+    assert headings == len(plots) == 1 + 1 + 2 + 1 + marginals        # convergence, importance, trace x2, scatter, marginals
+    assert all(count > 0 for count in plots)
+    assert not _png_is_blank(shot)

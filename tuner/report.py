@@ -1,0 +1,157 @@
+"""The HTML report of a history: one self-contained file (plotly.js embedded, works offline).
+
+Each figure's data comes from a pure ``*_info`` function of the history (tested without plotly, as
+Optuna's ``_get_*_info`` are); :func:`page` only draws them. Sections that do not apply to the
+problem (the trace breakdown without the tensor-plan task, the dev/final scatter without a held-out
+mode) are left out. Values are the objective's (cycles or ms): lower is better.
+"""
+
+from __future__ import annotations
+
+from html import escape
+from typing import Any
+
+import numpy as np
+import optuna
+from optuna.trial import TrialState, create_trial
+
+from tuner.history import History
+from tuner.space import Space
+
+IMPORTANCE_TRIALS = 1000        # trials of the largest study the importance is fitted to (evenly spaced)
+SCATTER_POINTS = 5000           # plans scored in both modes shown in the scatter
+MARGINAL_SAMPLE = 20000         # evaluations the per-knob marginals summarise (a fixed sample by plan hash)
+
+
+def convergence_info(history: History, objective: str) -> list[dict[str, Any]]:
+    """Per study of ``objective``: best-so-far value against the trial count (infeasible trials count, change nothing)."""
+    out = []
+    for name in history.study_names():
+        if not name.endswith(objective):
+            continue
+        values = np.array([v if v is not None else np.inf for _, v in history.outcomes(name)])
+        if len(values) and np.isfinite(values).any():
+            best = np.minimum.accumulate(values)
+            keep = np.isfinite(best)
+            out.append({"study": name.removesuffix(f"@{objective}"), "evaluations": (np.flatnonzero(keep) + 1).tolist(),
+                        "best": best[keep].tolist()})
+    return out
+
+
+def importance_info(history: History, objective: str, mode: str, space: Space, seed: int = 0) -> dict[str, float]:
+    """Knob importance (Optuna's fANOVA, seeded) over up to ``IMPORTANCE_TRIALS`` scored trials of the largest
+    study of ``objective``; empty when no study has enough varied trials."""
+    tops = history.study_tops(objective, 1)
+    if not tops:
+        return {}
+    name = max(tops, key=lambda n: (tops[n][0], n))
+    scored = [(h, v) for h, v in history.outcomes(name) if v is not None]
+    if len(scored) < 10:
+        return {}
+    scored = [scored[i] for i in np.unique(np.linspace(0, len(scored) - 1, IMPORTANCE_TRIALS).astype(int))]
+    rows = history.cached(objective, mode, [h for h, _ in scored])
+    study = optuna.create_study(direction="minimize")
+    study.add_trials([create_trial(params=space.to_params(rows[h].idx), distributions=space.distributions, value=v,
+                                   state=TrialState.COMPLETE) for h, v in scored if h in rows])
+    try:
+        importance = optuna.importance.get_param_importances(
+            study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=seed))
+    except (RuntimeError, ValueError):                  # a study whose knobs never vary has no importance to give
+        return {}
+    return {knob: float(value) for knob, value in importance.items()}
+
+
+def trace_info(reports: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
+    """``{mode: {plan label: {case: {component: cycles}}}}`` from benchmark reports with trace components
+    (``reports[label][mode]``); infeasible plans are left out."""
+    out: dict[str, dict[str, dict[str, dict[str, float]]]] = {}
+    for label, by_mode in reports.items():
+        for mode, report in by_mode.items():
+            if report.get("feasible", True) and report.get("cases"):
+                out.setdefault(mode, {})[label] = {c["name"]: dict(c.get("components", {})) for c in report["cases"]}
+    return out
+
+
+def scatter_info(history: History, objective: str, first: str, last: str) -> dict[str, list[Any]]:
+    """Plans scored in both modes: their ``first`` and ``last`` values and whether they are correct in both."""
+    pairs = [(a, b, ca and cb) for a, ca, b, cb in history.paired(objective, first, last, SCATTER_POINTS)
+             if a is not None and b is not None]
+    return {first: [p[0] for p in pairs], last: [p[1] for p in pairs], "correct": [p[2] for p in pairs]}
+
+
+def marginals_info(history: History, objective: str, mode: str, space: Space) -> dict[str, dict[str, list[Any]]]:
+    """Per varying knob: each value, the best and the median correct value of the evaluations that have it."""
+    rows = [r for r in history.sample(objective, mode, MARGINAL_SAMPLE) if r.correct and r.cycles is not None]
+    if not rows:
+        return {}
+    idx, values = np.stack([r.idx for r in rows]), np.array([r.cycles for r in rows])
+    out = {}
+    for j, knob in enumerate(space.knobs):
+        if space.sizes[j] < 2:
+            continue
+        present = [v for v in range(space.sizes[j]) if (idx[:, j] == v).any()]
+        out[knob.name] = {"values": [str(knob.choices[v]) for v in present],
+                          "best": [float(values[idx[:, j] == v].min()) for v in present],
+                          "median": [float(np.median(values[idx[:, j] == v])) for v in present]}
+    return out
+
+
+def figures(info: dict[str, Any], unit: str) -> list[tuple[str, Any]]:
+    """``(heading, plotly figure)`` for every section of ``info`` (the ``*_info`` results) that has data."""
+    import plotly.graph_objects as go
+
+    figures: list[tuple[str, go.Figure]] = []
+    if info.get("convergence"):
+        fig = go.Figure([go.Scatter(x=s["evaluations"], y=s["best"], mode="lines", name=s["study"], line_shape="hv")
+                         for s in info["convergence"]])
+        fig.update_layout(xaxis_title="evaluations", yaxis_title=f"best so far ({unit}, lower is better)", yaxis_type="log")
+        figures.append(("Convergence of every study", fig))
+    if info.get("importance"):
+        knobs = list(info["importance"])[::-1]
+        fig = go.Figure(go.Bar(x=[info["importance"][k] for k in knobs], y=knobs, orientation="h"))
+        fig.update_layout(xaxis_title="importance (fANOVA)", height=max(300, 22 * len(knobs)))
+        figures.append(("Knob importance", fig))
+    for mode, plans in info.get("trace", {}).items():
+        components = sorted({c for cases in plans.values() for comps in cases.values() for c in comps})
+        bars = []
+        for component in components:
+            x = [[label for label in plans for _ in plans[label]], [case for label in plans for case in plans[label]]]
+            y = [plans[label][case].get(component, 0) for label in plans for case in plans[label]]
+            bars.append(go.Bar(x=x, y=y, name=component))
+        fig = go.Figure(bars)
+        fig.update_layout(barmode="stack", yaxis_title="cycles", height=480)
+        figures.append((f"Where the cycles go: winner, baseline and iteration-2 per case ({mode})", fig))
+    scatter = info.get("scatter")
+    if scatter and scatter.get("correct"):
+        (first, xs), (last, ys) = [(k, v) for k, v in scatter.items() if k != "correct"]
+        fig = go.Figure()
+        for correct, name in ((True, "correct in both modes"), (False, "incorrect")):
+            keep = [i for i, c in enumerate(scatter["correct"]) if c == correct]
+            fig.add_trace(go.Scatter(x=[xs[i] for i in keep], y=[ys[i] for i in keep], mode="markers", name=name,
+                                     marker={"size": 5, "opacity": 0.6}))
+        fig.update_layout(xaxis_title=f"{first} ({unit})", yaxis_title=f"{last} ({unit})", xaxis_type="log", yaxis_type="log")
+        figures.append((f"{first} against {last} of evaluated plans", fig))
+    for knob, marginal in info.get("marginals", {}).items():
+        fig = go.Figure([go.Scatter(x=marginal["values"], y=marginal["best"], mode="lines+markers", name="best"),
+                         go.Scatter(x=marginal["values"], y=marginal["median"], mode="lines+markers", name="median")])
+        fig.update_layout(xaxis_title=knob, xaxis_type="category", yaxis_title=unit, height=320)
+        figures.append((f"Marginal: {knob}", fig))
+    for _, fig in figures:
+        fig.update_layout(template="plotly_white", margin={"t": 30})
+    return figures
+
+
+def page(title: str, info: dict[str, Any], unit: str) -> str:
+    """The report page: a figure per section that has data (plotly.js embedded once)."""
+    import plotly.io as pio
+
+    drawn = figures(info, unit)
+    parts = [f"<h1>{escape(title)}</h1>"]
+    for i, (heading, fig) in enumerate(drawn):
+        parts.append(f"<h2>{escape(heading)}</h2>")
+        parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0), div_id=f"figure-{i}"))
+    if not drawn:
+        parts.append("<p>The history holds no scored plans of this objective yet.</p>")
+    return ("<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>" + escape(title) + "</title>"
+            "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}</style></head><body>\n"
+            + "\n".join(parts) + "\n</body></html>\n")
