@@ -54,13 +54,11 @@ def baseline() -> Plan:
 COPY_ITEMS = ("benchmark.py", "verifier.py", "_bootstrap.py", "kernel_plan.json", "fixtures", "tuner", "studies")
 
 
-@pytest.fixture()
-def workspace(tmp_path):
-    """A private copy of the repository to search and apply in (never the repository itself)."""
+def copy_workspace(root: Path) -> Path:
+    """A private copy of the repository at ``root``, to search and apply in (never the repository itself)."""
     import shutil
 
-    root = tmp_path / "ws"
-    root.mkdir()
+    root.mkdir(parents=True)
     for item in COPY_ITEMS:
         source = ROOT / item
         if source.is_dir():
@@ -72,6 +70,12 @@ def workspace(tmp_path):
     for item in ("mcp", "runtime"):
         shutil.copytree(ROOT / ".harnessgym" / item, root / ".harnessgym" / item, ignore=shutil.ignore_patterns("__pycache__"))
     return root
+
+
+@pytest.fixture()
+def workspace(tmp_path):
+    """A private copy of the repository to search and apply in."""
+    return copy_workspace(tmp_path / "ws")
 
 
 def child_env() -> dict[str, str]:

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, toy_cache
+from conftest import copy_workspace, toy_cache
 
 from tuner import report, service
 from tuner.plan import SPACE
@@ -17,16 +17,7 @@ from tuner.plan import SPACE
 @pytest.fixture(scope="module")
 def searched(tmp_path_factory):
     """A workspace whose history holds a quick search, a local search and part of a profile."""
-    from conftest import COPY_ITEMS
-
-    root = tmp_path_factory.mktemp("report") / "ws"
-    root.mkdir()
-    for item in COPY_ITEMS:
-        source = ROOT / item
-        if source.is_dir():
-            shutil.copytree(source, root / item, ignore=shutil.ignore_patterns("__pycache__", "*.db*"))
-        else:
-            shutil.copy2(source, root / item)
+    root = copy_workspace(tmp_path_factory.mktemp("report") / "ws")
     ctx = service.Context.create(root)
     service.search_plans(ctx, "quick", max_evals=80, seed=3)
     service.local_neighborhood_search(ctx, fixture="tensor_plan_attempt1_best", max_evals=60)
