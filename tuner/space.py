@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 import numpy as np
-from optuna.distributions import BaseDistribution, CategoricalDistribution, IntDistribution
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from tuner.expressions import ExpressionError, evaluate, names_in
 from tuner.workspace import WorkspaceError, check_name, quoted
@@ -229,6 +229,25 @@ class Space:
         """Per knob: an index range for ordinal knobs (so TPE sees their order), choices for nominal ones."""
         return {k.name: IntDistribution(0, k.size - 1) if k.kind == "ordinal" else CategoricalDistribution(list(k.choices))
                 for k in self.knobs}
+
+    @cached_property
+    def shown_distributions(self) -> dict[str, BaseDistribution]:
+        """Per knob, what a person reads in a stored trial (optuna-dashboard): numeric ordinal knobs as their
+        real value range, so plots show and sort the values themselves; every other knob as its choices."""
+        out: dict[str, BaseDistribution] = {}
+        for k in self.knobs:
+            numeric = k.kind == "ordinal" and all(isinstance(c, int | float) and not isinstance(c, bool) for c in k.choices)
+            if numeric and all(isinstance(c, int) for c in k.choices):
+                out[k.name] = IntDistribution(min(k.choices), max(k.choices))
+            elif numeric:
+                out[k.name] = FloatDistribution(float(min(k.choices)), float(max(k.choices)))
+            else:
+                out[k.name] = CategoricalDistribution(list(k.choices))
+        return out
+
+    def shown_params(self, idx: np.ndarray) -> dict[str, Any]:
+        """The real knob values of an index vector (the params of :attr:`shown_distributions`)."""
+        return {k.name: k.choices[int(i)] for k, i in zip(self.knobs, idx, strict=True)}
 
     def to_params(self, idx: np.ndarray) -> dict[str, Any]:
         """Optuna params of an index vector."""

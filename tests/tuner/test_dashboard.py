@@ -1,4 +1,4 @@
-"""optuna-dashboard, started for real on 127.0.0.1, shows the studies and trials the tuner wrote."""
+"""optuna-dashboard, started for real on 127.0.0.1, shows the tuner's studies with the real knob values."""
 
 from __future__ import annotations
 
@@ -7,13 +7,13 @@ import shutil
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
 import pytest
 
 from tuner import service
+from tuner.plan import SPACE
 
 
 def _free_port() -> int:
@@ -27,9 +27,10 @@ def _get(url: str):
         return json.loads(response.read())
 
 
-def test_dashboard_lists_the_tuner_studies_and_trials(ctx, workspace):
+def test_dashboard_shows_the_studies_with_real_knob_values(ctx, workspace):
     service.local_neighborhood_search(ctx, fixture="tensor_plan_attempt1_best", max_evals=60)
     service.bounded_exhaustive_search(ctx, "iteration3_dev_core", max_evals=262_144, include_final=False)
+    ctx.close()
     executable = shutil.which("optuna-dashboard") or str(Path(sys.executable).parent / "optuna-dashboard")
     if not Path(executable).exists():
         pytest.fail("optuna-dashboard is not installed (it is in the test extra)")
@@ -38,25 +39,25 @@ def test_dashboard_lists_the_tuner_studies_and_trials(ctx, workspace):
     proc = subprocess.Popen([executable, f"sqlite:///{db}", "--host", "127.0.0.1", "--port", str(port), "--server", "wsgiref"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            try:
-                summaries = _get(f"http://127.0.0.1:{port}/api/studies")["study_summaries"]
-                break
-            except OSError:
-                time.sleep(0.2)
-        else:
-            pytest.fail("optuna-dashboard did not answer within 60 s")
+        while (line := proc.stderr.readline()) and "Listening on" not in line:   # it says so once it serves
+            pass
+        assert line, "optuna-dashboard exited before listening"
+        summaries = _get(f"http://127.0.0.1:{port}/api/studies")["study_summaries"]
         names = {s["study_name"]: s["study_id"] for s in summaries}
         assert any(n.startswith("checkpoint:fixture:tensor_plan_attempt1_best") for n in names)
         assert any(n.startswith("exhaustive:profile:iteration3_dev_core") for n in names)
         checkpoint = next(i for n, i in names.items() if n.startswith("checkpoint"))
-        detail = _get(f"http://127.0.0.1:{port}/api/studies/{checkpoint}")
-        trials = detail["trials"]
+        trials = _get(f"http://127.0.0.1:{port}/api/studies/{checkpoint}")["trials"]
         assert len(trials) >= 60
         complete = [t for t in trials if t["state"] == "Complete"]
         assert complete and all(t["values"] for t in complete)
-        assert {p["name"] for p in complete[0]["params"]} >= {"block_m", "swizzle", "num_warps"}
+        for trial in complete:
+            shown = {p["name"]: p["param_external_value"] for p in trial["params"]}
+            assert set(shown) == set(SPACE.names)
+            for knob in SPACE.knobs:                     # every value is the knob's own, numbers as numbers
+                assert str(shown[knob.name]) in {str(c) for c in knob.choices}, (knob.name, shown[knob.name])
+        block_m = {int(p["param_external_value"]) for t in complete for p in t["params"] if p["name"] == "block_m"}
+        assert block_m <= {16, 32, 48, 64, 80, 96, 128} and 48 in block_m     # attempt-1's 48, not an index
     finally:
         proc.terminate()
         proc.wait(timeout=10)
