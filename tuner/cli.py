@@ -254,7 +254,8 @@ def main(argv: list[str] | None = None) -> int:
     kwargs = {k: v for k, v in vars(args).items() if k not in ("workspace", "history", "objective", "space", "json", "command")}
     ctx = None
     try:
-        ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command)
+        ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command,
+                                     log=lambda line: print(line, file=sys.stderr, flush=True))
         result = function(ctx, **kwargs)
         if args.json:
             print(json.dumps(result, indent=2), flush=True)

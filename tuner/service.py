@@ -79,6 +79,7 @@ class Context:
     should_stop: Callable[[], bool] | None = None
     space_path: str | None = None
     writes_history: bool = True
+    log: Callable[[str], None] | None = None            # a line as each step of the main job ends
 
     @classmethod
     def create(cls, workspace: str | Path = ".", history: str | None = None, objective: str = "builtin",
@@ -122,6 +123,11 @@ class Context:
         if not self.is_plan:
             raise ServiceError(f"{tool} works on the tensor-plan problem only (objective builtin or command), "
                                f"not on {self.objective_kind}")
+
+
+def _log(ctx: Context, line: str) -> None:
+    if ctx.log is not None:
+        ctx.log(line)
 
 
 def _check_history_folder(history: str) -> None:
@@ -608,17 +614,22 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     steps.append({"step": "resume_search_history", "seeds": len(resumed["seeds"]), "searches": len(resumed["searches"])})
     seeds = resumed["seeds"]
     start = seeds[0]["plan"] if seeds else baseline
-    searches = []
-    if left() > 0:
-        searches.append(local_neighborhood_search(ctx, plan=start, include_final=True, max_evals=3000, time_s=left()))
-    for profile in ("iteration3_dev_core", "iteration3_layout_relaxed"):
-        if left() > 0:
-            searches.append(bounded_exhaustive_search(ctx, profile, include_final=True, time_s=left()))
-    if left() > 0:
-        searches.append(search_plans(ctx, "quick", max_evals=500, time_s=left(), seed=seed))
-    steps += [{"step": s["strategy"], "target": s["target"], "study": s["study"], "evaluations": s["evaluations"],
-               "resumed_from": s["evaluations"] - s["new_evaluations"], "stopped": s["stopped"],
-               "best_dev": s["best"]["dev"] if s["best"] else None} for s in searches]
+    _log(ctx, f"baseline: dev {base['dev']['best_cycles']} cycles; {len(seeds)} seed(s), {len(resumed['searches'])} earlier search(es)")
+    runs: list[Callable[[], dict[str, Any]]] = [
+        lambda: local_neighborhood_search(ctx, plan=start, include_final=True, max_evals=3000, time_s=left()),
+        *(lambda p=profile: bounded_exhaustive_search(ctx, p, include_final=True, time_s=left())
+          for profile in ("iteration3_dev_core", "iteration3_layout_relaxed")),
+        lambda: search_plans(ctx, "quick", max_evals=500, time_s=left(), seed=seed)]
+    for run in runs:
+        if left() <= 0:
+            break
+        s = run()
+        steps.append({"step": s["strategy"], "target": s["target"], "study": s["study"], "evaluations": s["evaluations"],
+                      "resumed_from": s["evaluations"] - s["new_evaluations"], "stopped": s["stopped"],
+                      "best_dev": s["best"]["dev"] if s["best"] else None})
+        _log(ctx, f"{s['strategy']} ({s['target']}): {s['evaluations']} evaluations, best dev "
+                  f"{s['best']['dev'] if s['best'] else '-'} ({s['stopped']})")
+    _log(ctx, "verifying the best plans through the gate")
     verified = apply_best_verified(ctx, dry_run=not apply)
     winner = ctx.workspace.current_plan() if verified.get("applied") else None
     candidate_hash = verified.get("candidate_hash")
@@ -636,6 +647,7 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
         if winner is not None:
             fixture = _fixture_object(ctx, "tuner_run_best", winner, "python -m tuner run --apply", "the main job's applied winner")
             outcome["fixture"] = _write_output(ctx, RUN_BEST, fixture)
+    _log(ctx, "comparing with the history and writing the report")
     outcome["history"] = compare_history(ctx, limit=5)
     outcome["report"] = report(ctx)
     outcome["seconds"] = round(float(time_s) - left(), 2)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from tuner import service
@@ -88,3 +89,27 @@ def test_symlinks_out_of_the_workspace_are_refused(ctx, workspace, tmp_path):
     (workspace / "link.json").symlink_to(outside)
     with pytest.raises(WorkspaceError, match="outside the workspace"):
         service.run_objective(ctx, "dev", "link.json")
+
+
+def test_tied_plans_break_by_hash_whatever_order_the_history_holds_them(tmp_path):
+    from conftest import copy_workspace, fixture_plan
+
+    from tuner.history import rows_of
+    from tuner.plan import SPACE, encode
+
+    base = fixture_plan("tensor_plan_iteration2_neighborhood_best") | {"dma_stages": 1}
+    tied = [base | {"prefetch_distance": 0}, base | {"prefetch_distance": 1}]       # no lookahead either way: same cycles
+    winners = set()
+    for n, order in enumerate((tied, tied[::-1])):
+        workspace = copy_workspace(tmp_path / f"ws{n}")
+        for fixture in (workspace / "fixtures").glob("*.json"):
+            fixture.unlink()
+        ctx = service.Context.create(workspace)
+        idx = np.stack([encode(p) for p in order])
+        for mode in ("dev", "final"):
+            result = ctx.objective.evaluate(idx, mode)
+            ctx.history.write(ctx.objective.name, mode, rows_of(result, [SPACE.hash_idx(i) for i in idx], idx))
+        assert len(set(ctx.objective.evaluate(idx, "dev").cycles.tolist())) == 1
+        winners.add(service.apply_best_verified(ctx)["candidate_hash"])
+        ctx.close()
+    assert winners == {min(SPACE.hash(p) for p in tied)}
