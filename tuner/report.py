@@ -105,7 +105,7 @@ def figures(info: dict[str, Any], unit: str) -> list[tuple[str, Any]]:
         fig = go.Figure([go.Scatter(x=s["evaluations"], y=s["best"], mode="lines", name=s["study"], line_shape="hv")
                          for s in info["convergence"]])
         fig.update_layout(xaxis_title="evaluations", yaxis_title=f"best so far ({unit}, lower is better)", yaxis_type="log")
-        figures.append(("Convergence of every study", fig))
+        figures.append(("Convergence of every study (its trials in order; a sweep keeps only its finalists)", fig))
     if info.get("importance"):
         knobs = list(info["importance"])[::-1]
         fig = go.Figure(go.Bar(x=[info["importance"][k] for k in knobs], y=knobs, orientation="h"))
