@@ -82,6 +82,6 @@ def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-ar
     mcp = sub.add_parser("mcp", help="MCP client configuration")
     actions = mcp.add_subparsers(dest="mcp_command", required=True)
     p = actions.add_parser("install", help="print or write the client configuration for the tensor-plan server")
-    p.add_argument("--client", required=True, choices=sorted(CLIENT_FILES))
+    p.add_argument("--client", required=True, choices=sorted(CLIENT_FILES), help="the client to configure (%(choices)s)")
     p.add_argument("--write", action="store_true", help=f"merge into the workspace's client file ({', '.join(CLIENT_FILES.values())})")
     p.set_defaults(handler=install)

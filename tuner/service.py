@@ -613,7 +613,10 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     resumed = resume_search_history(ctx)
     steps.append({"step": "resume_search_history", "seeds": len(resumed["seeds"]), "searches": len(resumed["searches"])})
     seeds = resumed["seeds"]
-    start = seeds[0]["plan"] if seeds else baseline
+    # the local search starts from the best fixture (fixed inputs), so a rerun resumes the same search and,
+    # having nothing new to explore, proposes the same winner; the history's seeds compete at the gate
+    best_fixture = min((r for r in _fixture_rows(ctx) if r["correct"]), key=_rank_key(ctx), default=None)
+    start = best_fixture["plan"] if best_fixture else baseline
     _log(ctx, f"baseline: dev {base['dev']['best_cycles']} cycles; {len(seeds)} seed(s), {len(resumed['searches'])} earlier search(es)")
     runs: list[Callable[[], dict[str, Any]]] = [
         lambda: local_neighborhood_search(ctx, plan=start, include_final=True, max_evals=3000, time_s=left()),

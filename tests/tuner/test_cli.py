@@ -70,11 +70,15 @@ def test_malformed_current_plan_is_an_input_error(workspace):
     assert out.returncode == 2 and "block_m" in out.stderr and "Traceback" not in out.stderr
 
 
-def test_main_job_improves_the_baseline_at_least_five_times(workspace):
-    out = tuner(workspace, "run", "--apply", "--time-s", "120", timeout=600)
+def test_main_job_improves_the_baseline_at_least_five_times_and_a_rerun_proposes_the_same_winner(workspace):
+    first = tuner(workspace, "--json", "run", "--time-s", "120", timeout=600)
+    assert first.returncode == 0, first.stderr
+    proposed = json.loads(first.stdout)["best"]["plan_hash"]
+    out = tuner(workspace, "run", "--apply", "--time-s", "120", timeout=600)        # the rerun resumes the same searches
     assert out.returncode == 0, out.stderr
-    assert "speedup" in out.stdout and "applied to kernel_plan.json" in out.stdout
+    assert "speedup" in out.stdout and "applied to kernel_plan.json" in out.stdout and f"(plan {proposed}," in out.stdout
     after = json.loads(tuner(workspace, "--json", "benchmark_plan").stdout)
+    assert after["plan_hash"] == proposed
     fixture = json.loads((workspace / "fixtures" / "baseline_row_major.json").read_text())["metrics"]
     assert after["correct_in_all"]
     assert fixture["dev"]["best_cycles"] >= 5 * after["best_cycles"]["dev"]
@@ -89,12 +93,16 @@ def test_main_job_improves_the_baseline_at_least_five_times(workspace):
 def test_every_option_has_help_and_the_default_output_is_readable(workspace):
     from tuner.cli import parser
 
-    top = parser()
-    commands = next(a for a in top._actions if isinstance(a, argparse._SubParsersAction)).choices
-    for name, sub in [("tuner", top), *commands.items()]:
-        for action in sub._actions:
-            if not isinstance(action, argparse._SubParsersAction):
+    parsers, seen = [("tuner", parser())], 0
+    while seen < len(parsers):                              # every parser, nested subcommands (mcp install) included
+        name, current = parsers[seen]
+        seen += 1
+        for action in current._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                parsers += [(f"{name} {n}", p) for n, p in action.choices.items()]
+            else:
                 assert action.help, (name, action.dest)
+    assert seen > 18
     out = tuner(workspace, "run_objective", "--mode", "final")
     assert out.returncode == 0 and out.stdout.startswith("plan_source: ") and "best_cycles: " in out.stdout
     with pytest.raises(json.JSONDecodeError):
