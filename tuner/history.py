@@ -11,7 +11,8 @@ from __future__ import annotations
 
 import json
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
@@ -22,7 +23,8 @@ import optuna
 from optuna.distributions import distribution_to_json
 from optuna.storages._rdb import models
 from optuna.trial import TrialState
-from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, Text, and_, create_engine, event, func, insert, select
+from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, Text, and_, create_engine, event, func, insert, select, text
+from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool, StaticPool
@@ -58,6 +60,7 @@ SWEEPS = Table(
 _STUDIES, _TRIALS = models.StudyModel.__table__, models.TrialModel.__table__          # Optuna's own tables, read directly
 _VALUES, _ATTRS = models.TrialValueModel.__table__, models.TrialUserAttributeModel.__table__
 _IN_CHUNK = 500                                         # plan hashes per IN (...) query
+_SCHEMA_LOCK = 7_461_010                                # PostgreSQL advisory lock key held while the schema is created
 T = TypeVar("T")
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
@@ -179,12 +182,13 @@ class History:
         if read_only and self.sqlite and not _sqlite_file_exists(url):
             url = "sqlite://"                                # an empty history, in memory
         try:
-            self.engine = _sqlite_engine(url, read_only) if self.sqlite else create_engine(url)
-            if not read_only or url == "sqlite://":
-                _META.create_all(self.engine)
-            if url == "sqlite://":
-                models.BaseModel.metadata.create_all(self.engine)     # an empty history reads Optuna's tables too
-            self.storage = self._optuna_storage(url)
+            self.engine = _sqlite_engine(url, read_only) if self.sqlite else create_engine(url, pool_pre_ping=True)
+            with self._schema_lock():
+                if not read_only or url == "sqlite://":
+                    _META.create_all(self.engine)
+                if url == "sqlite://":
+                    models.BaseModel.metadata.create_all(self.engine)     # an empty history reads Optuna's tables too
+                self.storage = self._optuna_storage(url)
         except ImportError as exc:
             scheme = url.split(":", 1)[0].split("+", 1)[0]
             extra = DRIVER_EXTRAS.get(scheme)
@@ -193,6 +197,22 @@ class History:
             raise HistoryUnavailable(f"the database driver for {scheme} ({exc.name}) is not installed; {hint}") from None
         except (SQLAlchemyError, OSError) as exc:
             raise HistoryUnavailable(f"cannot open history {_safe(url)}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from None
+
+    @contextmanager
+    def _schema_lock(self) -> Iterator[None]:
+        """Hold a server-wide lock while the schema is created (PostgreSQL: an advisory lock), so processes
+        starting together do not race on ``CREATE TABLE``; SQLite serializes them itself."""
+        if self.sqlite:
+            yield
+            return
+        with self.engine.connect() as connection:
+            connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _SCHEMA_LOCK})
+            connection.commit()
+            try:
+                yield
+            finally:
+                connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _SCHEMA_LOCK})
+                connection.commit()
 
     def _optuna_storage(self, url: str) -> optuna.storages.RDBStorage:
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if self.sqlite else {}
@@ -334,12 +354,14 @@ class History:
 
     def _write(self, connection: Any, objective: str, mode: str, rows: list[Row], study_id: int | None,
                trials: list[TrialRecord], sweep: dict[str, Any] | None, space: Space | None) -> None:
+        if study_id is not None:                   # one writer per study at a time: contiguous trial numbers, one sweep record
+            connection.execute(select(_STUDIES.c.study_id).where(_STUDIES.c.study_id == study_id).with_for_update())
         if rows:
             values = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash, "best_cycles": r.cycles,
                        "correct": int(r.correct), "max_abs": r.max_abs, "plan": json.dumps([int(i) for i in r.idx])}
                       for r in rows]
-            statement = sqlite_insert(EVALUATIONS).on_conflict_do_nothing() if self.sqlite else insert(EVALUATIONS)
-            connection.execute(statement, values)
+            dialect_insert = sqlite_insert if self.sqlite else postgresql_insert
+            connection.execute(dialect_insert(EVALUATIONS).on_conflict_do_nothing(), values)     # idempotent on both
         if trials and study_id is not None and space is not None:
             self._insert_trials(connection, study_id, trials, space)
         if sweep is not None:
