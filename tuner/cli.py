@@ -22,6 +22,7 @@ from tuner.space import ProfileError, SpaceError
 from tuner.workspace import LIMITS, MAX_PATH_CHARS, OUTPUT_DIR, RESULT_PATH, WorkspaceError
 
 INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, SpaceError, HistoryUnavailable)
+GLOBAL_OPTIONS = ("workspace", "history", "objective", "space", "timeout_s", "json", "command")   # not a tool's arguments
 PLAN_HELP = "a fixture name, a JSON file inside the workspace (default: kernel_plan.json)"
 
 
@@ -167,6 +168,9 @@ def parser() -> argparse.ArgumentParser:
                           "cache:PATH: replay measured results (a Kernel Tuner cache .json/.json.gz or a T4 results file)")
     top.add_argument("--space", default=None, metavar="T1.json",
                      help="with a cache objective: a T1 tuning-problem file naming the same knobs (adds restrictions and defaults)")
+    top.add_argument("--timeout-s", type=_seconds, default=120.0, metavar="SECONDS",
+                     help="with the command objective: seconds one benchmark run may take; a run past it is killed with "
+                          "everything it started and counts as a failed evaluation (default 120)")
     top.add_argument("--json", action="store_true", help="print the result as JSON (default: readable text)")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, add, help_) in COMMANDS.items():
@@ -251,11 +255,11 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "mcp":
         return args.handler(args)
     function, _, _ = COMMANDS[args.command]
-    kwargs = {k: v for k, v in vars(args).items() if k not in ("workspace", "history", "objective", "space", "json", "command")}
+    kwargs = {k: v for k, v in vars(args).items() if k not in GLOBAL_OPTIONS}
     ctx = None
     try:
         ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command,
-                                     log=lambda line: print(line, file=sys.stderr, flush=True))
+                                     log=lambda line: print(line, file=sys.stderr, flush=True), timeout_s=args.timeout_s)
         result = function(ctx, **kwargs)
         if args.json:
             print(json.dumps(result, indent=2), flush=True)

@@ -80,6 +80,7 @@ class Context:
     space_path: str | None = None
     writes_history: bool = True
     log: Callable[[str], None] | None = None            # a line as each step of the main job ends
+    timeout_s: float = 120.0                            # the command objective: seconds one benchmark run may take
 
     @classmethod
     def create(cls, workspace: str | Path = ".", history: str | None = None, objective: str = "builtin",
@@ -107,7 +108,7 @@ class Context:
     def objective(self) -> Objective:
         if self.objective_kind.startswith("cache:"):
             return CacheObjective(self.objective_kind.removeprefix("cache:"), self.space_path)
-        return BuiltinObjective() if self.objective_kind == "builtin" else CommandObjective(self.workspace.root)
+        return BuiltinObjective() if self.objective_kind == "builtin" else CommandObjective(self.workspace.root, timeout_s=self.timeout_s)
 
     def close(self) -> None:
         """Close the history if this context opened it."""

@@ -2,6 +2,11 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+
 import numpy as np
 import pytest
 
@@ -33,12 +38,64 @@ def test_command_objective_needs_a_benchmark(tmp_path):
         CommandObjective(tmp_path)
 
 
-def test_command_objective_reports_a_failing_benchmark(tmp_path):
-    (tmp_path / "benchmark.py").write_text("import sys\nprint('boom', file=sys.stderr)\nsys.exit(3)\n")
-    objective = CommandObjective(tmp_path)
-    with pytest.raises(ObjectiveError, match="exited 3: boom"):
-        objective.evaluate(np.zeros((1, len(KNOBS)), dtype=np.int16), "dev")
-    objective.close()
+MISBEHAVING = """import json, os, subprocess, sys, time
+plan = json.load(open("kernel_plan.json"))
+with open(os.path.join({log!r}, "runs"), "a") as log:
+    log.write(str(plan["block_m"]) + "\\n")
+if plan["block_m"] == 16:                                    # hangs, with a child of its own
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+    open(os.path.join({log!r}, "child"), "w").write(str(child.pid))
+    time.sleep(600)
+if plan["block_m"] == 32:
+    print("boom", file=sys.stderr)
+    sys.exit(3)
+if plan["block_m"] == 48:
+    print("garbage, not JSON")
+    sys.exit(0)
+from tuner.task.cli import benchmark_main
+sys.exit(benchmark_main(sys.argv[1:]))
+"""
+
+
+def _misbehaving(workspace, log):
+    (workspace / "benchmark.py").write_text(MISBEHAVING.format(log=str(log)))
+
+
+def _running(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")                          # a zombie waits for its reaper; it runs nothing
+
+
+def test_a_misbehaving_benchmark_is_a_failed_evaluation_and_leaves_no_process(workspace, tmp_path, attempt1):
+    _misbehaving(workspace, tmp_path)
+    idx = np.stack([encode(attempt1 | {"block_m": m}) for m in (16, 32, 48, 64)])
+    objective = CommandObjective(workspace, timeout_s=2)
+    try:
+        result = objective.evaluate(idx, "dev")
+        with pytest.raises(ObjectiveError, match="exited 3: boom"):
+            objective.report(attempt1 | {"block_m": 32}, "dev")
+    finally:
+        objective.close()
+    assert np.isinf(result.cycles[:3]).all() and np.isfinite(result.cycles[3]) and not result.correct[:3].any()
+    assert "took over 2 s and was killed" in result.reasons[0]
+    assert "exited 3: boom" in result.reasons[1] and "printed no JSON" in result.reasons[2] and result.reasons[3] is None
+    assert not _running(int((tmp_path / "child").read_text()))       # killed with its process group
+
+
+def test_a_search_on_a_hanging_benchmark_pays_one_timeout_and_goes_on(workspace, tmp_path, attempt1):
+    _misbehaving(workspace, tmp_path)
+    profile = {knob: [value] for knob, value in attempt1.items()} | {"block_m": [16, 32, 48, 64]}
+    (workspace / "studies" / "misbehave.json").write_text(json.dumps({"name": "misbehave", "knobs": profile}))
+    out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--objective", "command", "--timeout-s", "2",
+                          "--json", "bounded_exhaustive_search", "--profile", "misbehave", "--include-final", "false"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["stopped"] == "exhausted" and result["best"]["plan"]["block_m"] == 64
+    assert (tmp_path / "runs").read_text().split().count("16") == 1          # the hang cost one run, then the cache knew
 
 
 def test_objective_names_change_with_the_scorer(workspace):

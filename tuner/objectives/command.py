@@ -2,13 +2,22 @@
 
 The candidate is written as the copy's ``kernel_plan.json``; the workspace's own plan is never
 touched. The arguments are a fixed list (no shell), so no plan value reaches a shell.
+
+Real benchmarks misbehave. Each run is its own process group: one that outlives ``timeout_s`` is
+killed with the whole group, and the group is killed after every run too, so nothing it started is
+left behind. In a search, a run that hangs, crashes or prints no JSON makes that plan a failed
+evaluation whose reason (with the stderr tail) is kept in the trial, and the search goes on; a single
+report (``run_objective``...) raises :class:`ObjectiveError` with the same reason.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
+import os
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -22,6 +31,11 @@ from tuner.plan import SPACE, decode, plan_json
 from tuner.task.suites import MODES
 
 _IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.db", "*.db-*", "studies", ".pytest_cache")
+
+
+def _kill_group(pid: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pid, signal.SIGKILL)
 
 
 class CommandObjective:
@@ -62,31 +76,48 @@ class CommandObjective:
     def _run(self, plan_text: str, mode: str) -> dict[str, Any]:
         copy = self._sandbox()
         (copy / "kernel_plan.json").write_text(plan_text, encoding="utf-8")
+        process = subprocess.Popen([self.python, "benchmark.py", "--json", "--mode", mode], cwd=copy, stdout=subprocess.PIPE,
+                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
         try:
-            out = subprocess.run([self.python, "benchmark.py", "--json", "--mode", mode], cwd=copy,
-                                 capture_output=True, text=True, timeout=self.timeout_s, check=False)
+            stdout, stderr = process.communicate(timeout=self.timeout_s)
         except subprocess.TimeoutExpired:
-            raise ObjectiveError(f"benchmark.py --mode {mode} took over {self.timeout_s:g} s") from None
-        if out.returncode != 0:
-            raise ObjectiveError(f"benchmark.py --mode {mode} exited {out.returncode}: {out.stderr.strip()[-500:]}")
+            _kill_group(process.pid)
+            process.communicate()
+            raise ObjectiveError(f"benchmark.py --mode {mode} took over {self.timeout_s:g} s and was killed") from None
+        finally:
+            _kill_group(process.pid)                  # whatever it left running goes with it
+        if process.returncode != 0:
+            raise ObjectiveError(f"benchmark.py --mode {mode} exited {process.returncode}: {stderr.strip()[-500:]}")
         try:
-            return json.loads(out.stdout)
+            report = json.loads(stdout)
         except json.JSONDecodeError:
-            raise ObjectiveError(f"benchmark.py --mode {mode} printed no JSON object: {out.stdout[:200]!r}") from None
+            report = None
+        if not isinstance(report, dict):
+            raise ObjectiveError(f"benchmark.py --mode {mode} printed no JSON object: {stdout[:200]!r}; stderr: {stderr.strip()[-300:]}")
+        return report
 
     def report(self, plan: dict[str, Any], mode: str) -> dict[str, Any]:
         return self._run(plan_json(plan), mode)
 
     def evaluate(self, idx: np.ndarray, mode: str) -> Evaluations:
+        """One run per configuration; a run that fails (hangs, crashes, prints no JSON) is a failed evaluation
+        with its reason, and the batch goes on."""
         n = len(idx)
         cycles, correct, max_abs = np.full(n, np.inf), np.zeros(n, dtype=bool), np.full(n, np.nan)
+        reasons: list[str | None] = [None] * n
         for i, row in enumerate(np.asarray(idx)):
-            report = self._run(plan_json(decode(row)), mode)
+            try:
+                report = self._run(plan_json(decode(row)), mode)
+            except ObjectiveError as exc:
+                reasons[i] = str(exc)
+                continue
             if report.get("feasible", True) and report.get("best_cycles") is not None:
                 cycles[i] = float(report["best_cycles"])
                 correct[i] = bool(report.get("correct"))
                 max_abs[i] = float(report.get("max_abs", np.nan))
-        return Evaluations(cycles=cycles, correct=correct, max_abs=max_abs)
+            else:
+                reasons[i] = str(report.get("reason") or "infeasible")
+        return Evaluations(cycles=cycles, correct=correct, max_abs=max_abs, reasons=reasons)
 
     def __del__(self) -> None:
         self.close()
