@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shutil
 import socket
@@ -39,9 +40,16 @@ def test_dashboard_shows_the_studies_with_real_knob_values(ctx, workspace):
     proc = subprocess.Popen([executable, f"sqlite:///{db}", "--host", "127.0.0.1", "--port", str(port), "--server", "wsgiref"],
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        while (line := proc.stderr.readline()) and "Listening on" not in line:   # it says so once it serves
+        while (line := proc.stderr.readline()) and "Listening on" not in line:   # it says so as it starts to serve
             pass
         assert line, "optuna-dashboard exited before listening"
+        while proc.poll() is None:                          # the socket accepts a moment after the line: wait for that state
+            try:
+                socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                with contextlib.suppress(subprocess.TimeoutExpired):
+                    proc.wait(timeout=0.05)
         summaries = _get(f"http://127.0.0.1:{port}/api/studies")["study_summaries"]
         names = {s["study_name"]: s["study_id"] for s in summaries}
         assert any(n.startswith("checkpoint:fixture:tensor_plan_attempt1_best") for n in names)
