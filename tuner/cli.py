@@ -91,6 +91,12 @@ def _search_args(p: argparse.ArgumentParser, evals: int | None) -> None:
                    help="check the dev winners in final mode too (default true)")
 
 
+def _repeats_arg(p: argparse.ArgumentParser, default: int, least: int = 1) -> None:
+    p.add_argument("--repeats", type=_positive(int, LIMITS["repeats"]), default=default, metavar="K",
+                   help=f"measurements per plan and mode, {least} to {LIMITS['repeats']}; above 1, values are medians and the gate "
+                        f"needs a final improvement significant at 95% (for noisy benchmarks; default {default})")
+
+
 def _limit_arg(p: argparse.ArgumentParser, default: int, what: str) -> None:
     p.add_argument("--limit", type=_rows, default=default, metavar="N", help=f"{what}, at most {LIMITS['limit']} (default {default})")
 
@@ -105,8 +111,12 @@ COMMANDS: dict[str, Command] = {
     "trace_summary": (service.trace_summary, lambda p: (_plan_arg(p), _mode_arg(p, "dev")), "where a plan's cycles go, with indicators"),
     "validate_plan": (service.validate_plan, _plan_arg, "schema and feasibility of a plan (exit 1 when invalid)"),
     "benchmark_plan": (service.benchmark_plan, lambda p: (_plan_arg(p), p.add_argument(
-        "--modes", nargs="+", default=None, metavar="MODE", help="modes to score (default: dev final)")),
+        "--modes", nargs="+", default=None, metavar="MODE", help="modes to score (default: dev final)"), _repeats_arg(p, 1)),
         "reports of a plan in several modes"),
+    "repeated_evaluation": (service.repeated_evaluation, lambda p: (
+        p.add_argument("--candidate", required=True, metavar="REF", help="the candidate: " + PLAN_HELP.split(" (")[0]),
+        p.add_argument("--against", default=None, metavar="REF", help="the plan to compare with: " + PLAN_HELP),
+        _repeats_arg(p, 5, least=2)), "measure two plans K times: medians, spreads, intervals, and whether the candidate is faster"),
     "candidate_diff": (service.candidate_diff, lambda p: (
         p.add_argument("--candidate", required=True, metavar="REF", help="the candidate: " + PLAN_HELP.split(" (")[0]),
         p.add_argument("--against", default=None, metavar="REF", help="the plan to compare with: " + PLAN_HELP)),
@@ -131,8 +141,9 @@ COMMANDS: dict[str, Command] = {
         _seed_arg(p), _search_args(p, 500)), "broad search over the whole space"),
     "apply_candidate": (service.apply_candidate, lambda p: (
         p.add_argument("--plan", required=True, metavar="REF", help="the candidate: " + PLAN_HELP.split(" (")[0]),
-        _dry_run_arg(p, True)), "gate a plan and (with --dry-run false) write it to kernel_plan.json (exit 1 when the gate fails)"),
-    "apply_best_verified": (service.apply_best_verified, lambda p: _dry_run_arg(p, True),
+        _dry_run_arg(p, True), _repeats_arg(p, 1)),
+        "gate a plan and (with --dry-run false) write it to kernel_plan.json (exit 1 when the gate fails)"),
+    "apply_best_verified": (service.apply_best_verified, lambda p: (_dry_run_arg(p, True), _repeats_arg(p, 1)),
                             "gate and apply the best verified plan of fixtures and history (exit 1 when none passes)"),
     "rollback": (service.rollback, lambda p: (
         p.add_argument("--backup", default=None, metavar="PATH", help="a backup in .harnessgym/backups (default: the latest)"),

@@ -2,8 +2,10 @@
 
 A candidate passes when it is correct in every mode of the objective, improves the first (the
 search objective, e.g. dev) and does not regress the others (the held-out authority, e.g. final)
-against the current plan. Applying is a dry run unless asked; the real write keeps a timestamped
-backup and is atomic; :func:`rollback` restores the latest backup. Nothing here knows a knob.
+against the current plan. For noisy benchmarks both plans can be measured K times: values are then
+medians, and the improvement in the authority must also be significant (:mod:`tuner.noise`).
+Applying is a dry run unless asked; the real write keeps a timestamped backup and is atomic;
+:func:`rollback` restores the latest backup. Nothing here knows a knob.
 """
 
 from __future__ import annotations
@@ -13,20 +15,27 @@ from typing import Any
 
 import numpy as np
 
+from tuner import noise
 from tuner.objectives import Objective
 from tuner.search import number
 from tuner.space import Config
 from tuner.workspace import BACKUP_DIR, PLAN_FILE, Workspace, WorkspaceError, quoted
 
 
-def measure(objective: Objective, plan: Config) -> dict[str, dict[str, Any]]:
-    """Per mode of ``objective``: ``best_cycles`` (the value, lower is better), ``correct`` and ``max_abs``."""
+def measure(objective: Objective, plan: Config, repeats: int = 1) -> dict[str, dict[str, Any]]:
+    """Per mode of ``objective``: ``best_cycles`` (the value, lower is better), ``correct`` and ``max_abs``.
+    With ``repeats`` > 1 the plan is scored that many times: the value is the median, correct means correct
+    every time, and ``samples`` keeps every value (a noisy benchmark's spread)."""
+    idx = objective.space.encode(plan)[None]
     out = {}
     for mode in objective.modes:
-        result = objective.evaluate(objective.space.encode(plan)[None], mode)
-        value = float(result.cycles[0])
-        out[mode] = {"best_cycles": number(value), "correct": bool(result.correct[0]),
-                     "max_abs": None if np.isnan(result.max_abs[0]) else float(result.max_abs[0])}
+        results = [objective.evaluate(idx, mode) for _ in range(repeats)]
+        values = [float(r.cycles[0]) for r in results]
+        errors = [float(r.max_abs[0]) for r in results if not np.isnan(r.max_abs[0])]
+        out[mode] = {"best_cycles": number(float(np.median(values))), "correct": all(bool(r.correct[0]) for r in results),
+                     "max_abs": max(errors) if errors else None}
+        if repeats > 1:
+            out[mode]["samples"] = [number(v) for v in values]
     return out
 
 
@@ -47,23 +56,41 @@ def verdict(candidate: dict[str, dict[str, Any]], current: dict[str, dict[str, A
     return not reasons, reasons
 
 
+def significance(candidate: dict[str, dict[str, Any]], current: dict[str, dict[str, Any]]) -> dict[str, Any] | None:
+    """With repeated measurements (``samples``), whether the candidate's improvement in the authority (the last
+    mode) is significant (:func:`tuner.noise.compare`); ``None`` without samples or with infeasible ones."""
+    mode = list(candidate)[-1]
+    a, b = candidate[mode].get("samples"), current[mode].get("samples")
+    if not a or not b or None in a or None in b:
+        return None
+    return {"mode": mode, **noise.compare(a, b).as_dict()}
+
+
 def gate(objective: Objective, workspace: Workspace, candidate: Config,
-         current_metrics: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
+         current_metrics: dict[str, dict[str, Any]] | None = None, repeats: int = 1) -> dict[str, Any]:
     """The gate's report for ``candidate`` against the workspace's current plan (``current_metrics``:
-    its :func:`measure`, when the caller has it already)."""
+    its :func:`measure`, when the caller has it already). With ``repeats`` > 1 both are measured that many
+    times, compared by their medians, and the candidate must also be significantly better in the authority."""
     space = objective.space
     current = workspace.current_plan()
-    cand_metrics = measure(objective, candidate)
-    current_metrics = current_metrics or measure(objective, current)
+    cand_metrics = measure(objective, candidate, repeats)
+    current_metrics = current_metrics or measure(objective, current, repeats)
     passed, reasons = verdict(cand_metrics, current_metrics)
-    return {"passed": passed, "reasons": reasons, "candidate_hash": space.hash(candidate), "current_hash": space.hash(current),
-            "candidate": cand_metrics, "current": current_metrics, "diff": space.diff(current, candidate)}
+    report = {"passed": passed, "reasons": reasons, "candidate_hash": space.hash(candidate), "current_hash": space.hash(current),
+              "candidate": cand_metrics, "current": current_metrics, "diff": space.diff(current, candidate)}
+    if repeats > 1 and (test := significance(cand_metrics, current_metrics)) is not None:
+        report["significance"] = test
+        if not test["better"]:
+            reasons.append(f"the {test['mode']} improvement is not significant at {test['confidence']:.0%} ({test['test']}: "
+                           f"ratio {test['ratio']:.4f}, interval [{test['low']:.4f}, {test['high']:.4f}])")
+            report["passed"] = False
+    return report
 
 
 def apply(objective: Objective, workspace: Workspace, candidate: Config, dry_run: bool = True,
-          current_metrics: dict[str, dict[str, Any]] | None = None) -> dict[str, Any]:
-    """Gate ``candidate`` and, unless ``dry_run``, write it as ``kernel_plan.json`` (backup kept)."""
-    report = gate(objective, workspace, candidate, current_metrics)
+          current_metrics: dict[str, dict[str, Any]] | None = None, repeats: int = 1) -> dict[str, Any]:
+    """Gate ``candidate`` (measured ``repeats`` times) and, unless ``dry_run``, write it as ``kernel_plan.json`` (backup kept)."""
+    report = gate(objective, workspace, candidate, current_metrics, repeats)
     report |= {"dry_run": dry_run, "applied": False, "backup": None}
     if report["passed"] and not dry_run:
         backup = workspace.write("plan", PLAN_FILE, objective.space.to_json(candidate), backup_name="kernel_plan")

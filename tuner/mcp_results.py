@@ -176,12 +176,51 @@ class BenchmarkPlanResult(Strict):
     reports: dict[str, Report]
     correct_in_all: bool
     best_cycles: dict[str, Cycles]
+    repeated: dict[str, Summary] | None = Field(None, description="with repeats: per mode median, spread and interval")
+
+
+class RepeatedMode(Strict):
+    candidate: Summary
+    candidate_correct: bool
+    against: Summary
+    against_correct: bool
+    comparison: Significance | None = None
+
+
+class RepeatedEvaluationResult(Strict):
+    candidate: str
+    against: str
+    repeats: int
+    modes: dict[str, RepeatedMode]
 
 
 class Metrics(Strict):
-    best_cycles: Cycles
+    best_cycles: Cycles = Field(description="the value; with repeats, the median")
     correct: bool
     max_abs: float | None
+    samples: list[Cycles] | None = Field(None, description="every measured value (with repeats)")
+
+
+class Summary(Strict):
+    """Repeated measurements of one plan in one mode."""
+
+    samples: int
+    median: float | None
+    spread: float | None = Field(description="max/min - 1 of the samples")
+    low: float | None = Field(description="the median's 95% bootstrap interval")
+    high: float | None
+
+
+class Significance(Strict):
+    """Whether the candidate is significantly faster: the bootstrap interval of the ratio of medians lies below 1."""
+
+    mode: str | None = None
+    ratio: float
+    low: float
+    high: float
+    confidence: float
+    better: bool
+    test: str
 
 
 class GateResult(Strict):
@@ -198,6 +237,7 @@ class GateResult(Strict):
     current: dict[str, Metrics] | None = None
     diff: dict[str, Change] | None = None
     backup: str | None = None
+    significance: Significance | None = Field(None, description="with repeats: the final-mode comparison the gate required")
 
 
 class ExportResult(Strict):

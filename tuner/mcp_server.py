@@ -56,6 +56,8 @@ MaxEvals = Annotated[StrictInt | None, Field(gt=0, le=LIMITS["max_evals"],
                                              description=f"new plans the search may score (at most {LIMITS['max_evals']:,})")]
 IncludeFinal = Annotated[StrictBool, Field(description="check the dev winners in final mode too")]
 Name = Annotated[StrictStr, Field(max_length=MAX_NAME, description="letters, digits, '_', '-', '.'")]
+Repeats = Annotated[StrictInt, Field(ge=1, le=LIMITS["repeats"], description="measurements per plan and mode; above 1, values are "
+                                                                             "medians (for noisy benchmarks; default 1)")]
 Rows = Annotated[StrictInt, Field(gt=0, le=LIMITS["limit"], description=f"rows to list (at most {LIMITS['limit']})")]
 
 
@@ -223,20 +225,31 @@ def build(workspace: Path, history: str | None = None) -> MCPServer:
     async def benchmark_plan(
         ctx: Context, plan: PlanRef = None,
         modes: Annotated[list[Literal["dev", "final"]] | None, Field(max_length=2, description="default ['dev', 'final']")] = None,
+        repeats: Repeats = 1,
     ) -> R.BenchmarkPlanResult:
-        """Benchmark a plan in several modes; correct_in_all says whether it passes everywhere."""
-        return await server.call(ctx, "benchmark_plan", plan=plan, modes=modes)
+        """Benchmark a plan in several modes; correct_in_all says whether it passes everywhere. With repeats > 1, also the
+        median, spread and 95% interval of that many measurements per mode."""
+        return await server.call(ctx, "benchmark_plan", plan=plan, modes=modes, repeats=repeats)
 
     @tool
-    async def apply_candidate(ctx: Context, plan: CandidateRef, dry_run: DryRun = True) -> R.GateResult:
-        """Gate a candidate (correct in both modes, better dev, final not worse) and, with dry_run=false, write it to
-        kernel_plan.json atomically with a timestamped backup."""
-        return await server.call(ctx, "apply_candidate", plan=plan, dry_run=dry_run)
+    async def repeated_evaluation(
+        ctx: Context, candidate: CandidateRef, against: PlanRef = None,
+        repeats: Annotated[StrictInt, Field(ge=2, le=LIMITS["repeats"], description="measurements per plan and mode (default 5)")] = 5,
+    ) -> R.RepeatedEvaluationResult:
+        """Measure a candidate and a plan (default kernel_plan.json) repeats times in each mode: medians, spreads, 95% intervals,
+        and whether the candidate is significantly faster (bootstrap interval of the ratio of medians below 1)."""
+        return await server.call(ctx, "repeated_evaluation", candidate=candidate, against=against, repeats=repeats)
 
     @tool
-    async def apply_best_verified(ctx: Context, dry_run: DryRun = True) -> R.GateResult:
-        """Apply the best fixture or history plan that passes the gate (dry run unless dry_run=false)."""
-        return await server.call(ctx, "apply_best_verified", dry_run=dry_run)
+    async def apply_candidate(ctx: Context, plan: CandidateRef, dry_run: DryRun = True, repeats: Repeats = 1) -> R.GateResult:
+        """Gate a candidate (correct in both modes, better dev, final not worse; with repeats > 1, medians and a final improvement
+        significant at 95%) and, with dry_run=false, write it to kernel_plan.json atomically with a timestamped backup."""
+        return await server.call(ctx, "apply_candidate", plan=plan, dry_run=dry_run, repeats=repeats)
+
+    @tool
+    async def apply_best_verified(ctx: Context, dry_run: DryRun = True, repeats: Repeats = 1) -> R.GateResult:
+        """Apply the best fixture or history plan that passes the gate (dry run unless dry_run=false; repeats as apply_candidate)."""
+        return await server.call(ctx, "apply_best_verified", dry_run=dry_run, repeats=repeats)
 
     @tool
     async def export_candidate_fixture(
@@ -274,7 +287,7 @@ def build(workspace: Path, history: str | None = None) -> MCPServer:
 
 
 READ_ONLY_TOOLS = ("run_objective", "trace_summary", "validate_plan", "resume_search_history", "candidate_diff",
-                   "benchmark_plan", "compare_history", "rank_experiments")
+                   "benchmark_plan", "compare_history", "rank_experiments")   # the self-test's calls (repeated_evaluation: slow)
 SELF_TEST_ARGS: dict[str, dict[str, Any]] = {"candidate_diff": {"candidate": "kernel_plan.json"}}
 
 

@@ -17,7 +17,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner import gate
+from tuner import gate, noise
 from tuner.history import History, resolve_url
 from tuner.objectives import Objective
 from tuner.objectives.builtin import BuiltinObjective
@@ -56,7 +56,7 @@ SEARCH_WRITES = frozenset({"history"})
 WRITES: dict[str, frozenset[str]] = {
     # what each tool may write: "history" (adds evaluations, studies and sweeps), or a workspace write kind
     # (tuner.workspace.WRITE_KINDS: "plan" through the gate, a new "fixture", the "result" file); none: read-only
-    **dict.fromkeys(("run_objective", "trace_summary", "validate_plan", "benchmark_plan", "candidate_diff",
+    **dict.fromkeys(("run_objective", "trace_summary", "validate_plan", "benchmark_plan", "candidate_diff", "repeated_evaluation",
                      "resume_search_history", "compare_history", "rank_experiments"), frozenset()),
     **dict.fromkeys(("local_neighborhood_search", "bounded_exhaustive_search", "search_plans"), SEARCH_WRITES),
     **dict.fromkeys(("apply_candidate", "apply_best_verified", "rollback"), frozenset({"plan"})),
@@ -186,16 +186,48 @@ def run_objective(ctx: Context, mode: str | None = None, plan: str | dict[str, A
     return {"plan_source": label, **ctx.objective.report(resolved, _mode(ctx, mode or ctx.objective.modes[0]))}
 
 
-def benchmark_plan(ctx: Context, plan: str | dict[str, Any] | None = None, modes: list[str] | None = None) -> dict[str, Any]:
-    """Reports of a plan in each of ``modes`` (default dev and final) with a one-line verdict."""
+def _repeats(value: Any, least: int = 1) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or not least <= value <= LIMITS["repeats"]:
+        raise ServiceError(f"repeats must be an integer from {least} to {LIMITS['repeats']}, got {quoted(value)}")
+    return value
+
+
+def benchmark_plan(ctx: Context, plan: str | dict[str, Any] | None = None, modes: list[str] | None = None,
+                   repeats: int = 1) -> dict[str, Any]:
+    """Reports of a plan in each of ``modes`` (default dev and final) with a one-line verdict; with ``repeats``
+    > 1, the plan is also scored that many times per mode: median, spread and the median's 95% interval."""
     modes = list(modes) if modes is not None else list(ctx.objective.modes)
     if not modes or len(set(modes)) != len(modes):
         raise ServiceError(f"modes must be a non-empty list of distinct modes from {list(ctx.objective.modes)}, got {quoted(modes)}")
+    repeats = _repeats(repeats)
     resolved, label = _plan(ctx, plan)
     reports = {m: ctx.objective.report(resolved, _mode(ctx, m)) for m in modes}
-    return {"plan_source": label, "plan_hash": plan_hash(resolved), "reports": reports,
-            "correct_in_all": all(r.get("correct") for r in reports.values()),
-            "best_cycles": {m: r.get("best_cycles", r.get("time_ms")) for m, r in reports.items()}}
+    out = {"plan_source": label, "plan_hash": plan_hash(resolved), "reports": reports,
+           "correct_in_all": all(r.get("correct") for r in reports.values()),
+           "best_cycles": {m: r.get("best_cycles", r.get("time_ms")) for m, r in reports.items()}}
+    if repeats > 1:
+        idx = ctx.objective.space.encode(resolved)[None]
+        out["repeated"] = {m: noise.summary([float(ctx.objective.evaluate(idx, m).cycles[0]) for _ in range(repeats)]) for m in modes}
+    return out
+
+
+def repeated_evaluation(ctx: Context, candidate: str | dict[str, Any], against: str | dict[str, Any] | None = None,
+                        repeats: int = 5) -> dict[str, Any]:
+    """Measure a candidate and a plan (default: the current one) ``repeats`` times in every mode: per mode
+    both summaries (median, spread, the median's 95% interval) and whether the candidate is significantly
+    faster (a bootstrap interval of the ratio of medians)."""
+    repeats = _repeats(repeats, least=2)
+    cand, cand_label = _plan(ctx, candidate)
+    base, base_label = _plan(ctx, against)
+    cm, bm = gate.measure(ctx.objective, cand, repeats), gate.measure(ctx.objective, base, repeats)
+    modes = {}
+    for m in ctx.objective.modes:
+        a, b = cm[m]["samples"], bm[m]["samples"]
+        modes[m] = {"candidate": noise.summary([np.inf if v is None else v for v in a]), "candidate_correct": cm[m]["correct"],
+                    "against": noise.summary([np.inf if v is None else v for v in b]), "against_correct": bm[m]["correct"]}
+        if None not in a and None not in b:
+            modes[m]["comparison"] = noise.compare(a, b).as_dict()
+    return {"candidate": cand_label, "against": base_label, "repeats": repeats, "modes": modes}
 
 
 def validate_plan(ctx: Context, plan: str | dict[str, Any] | None = None) -> dict[str, Any]:
@@ -448,23 +480,25 @@ def _dry_run(value: Any) -> bool:
     return value
 
 
-def apply_candidate(ctx: Context, plan: str | dict[str, Any], dry_run: bool = True) -> dict[str, Any]:
-    """Gate a candidate (correct in both modes, better dev, final not worse) and, unless dry_run, write it."""
+def apply_candidate(ctx: Context, plan: str | dict[str, Any], dry_run: bool = True, repeats: int = 1) -> dict[str, Any]:
+    """Gate a candidate (correct in both modes, better dev, final not worse; with ``repeats`` > 1 both plans are
+    measured that many times and the final improvement must be significant) and, unless dry_run, write it."""
     ctx.tensor_plan_only("apply_candidate")
     candidate, label = _plan(ctx, plan)
-    return {"candidate_source": label, **gate.apply(ctx.objective, ctx.workspace, candidate, _dry_run(dry_run))}
+    return {"candidate_source": label, **gate.apply(ctx.objective, ctx.workspace, candidate, _dry_run(dry_run), repeats=_repeats(repeats))}
 
 
-def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20) -> dict[str, Any]:
-    """Apply the best plan from fixtures and history that passes the gate (dry run unless told otherwise)."""
+def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20, repeats: int = 1) -> dict[str, Any]:
+    """Apply the best plan from fixtures and history that passes the gate (dry run unless told otherwise;
+    ``repeats`` as for :func:`apply_candidate`)."""
     ctx.tensor_plan_only("apply_best_verified")
-    dry = _dry_run(dry_run)
+    dry, repeats = _dry_run(dry_run), _repeats(repeats)
     current = ctx.workspace.current_plan()
-    current_metrics = _measure(ctx, current)                # measured once, not once per seed
+    current_metrics = gate.measure(ctx.objective, current, repeats)       # measured once, not once per seed
     for seed in _seeds(ctx, limit):
         if seed["plan_hash"] == plan_hash(current):
             continue
-        report = gate.apply(ctx.objective, ctx.workspace, seed["plan"], dry, current_metrics)
+        report = gate.apply(ctx.objective, ctx.workspace, seed["plan"], dry, current_metrics, repeats)
         if report["passed"]:
             return {"candidate_source": seed["source"], **report}
     return {"passed": False, "applied": False, "dry_run": dry, "reasons": ["no fixture or history plan passes the gate"]}
@@ -585,7 +619,7 @@ def report_info(ctx: Context) -> dict[str, Any]:
 __all__ = [
     "WRITES", "Context", "ServiceError", "apply_best_verified", "apply_candidate", "benchmark_plan", "bounded_exhaustive_search",
     "candidate_diff", "compare_history", "export_candidate_fixture", "local_neighborhood_search", "rank_experiments",
-    "record_result", "report", "report_info", "resume_search_history", "rollback", "run_objective", "search_plans",
+    "record_result", "repeated_evaluation", "report", "report_info", "resume_search_history", "rollback", "run_objective", "search_plans",
     "trace_summary", "validate_plan",
 ]
 

@@ -28,6 +28,7 @@ CALLS = {
     "benchmark_plan": {"plan": "tensor_plan_attempt1_best"},
     "compare_history": {"limit": 3},
     "rank_experiments": {},
+    "repeated_evaluation": {"candidate": "tensor_plan_iteration2_neighborhood_best", "repeats": 3},
     "local_neighborhood_search": {"fixture": "tensor_plan_attempt1_best", "max_evals": 30},
     "bounded_exhaustive_search": {"profile": "iteration3_dev_core", "max_evals": 500},
     "search_plans": {"strategy": "quick", "max_evals": 30, "seed": 1},

@@ -13,7 +13,7 @@ from mcp import Client, StdioServerParameters
 
 TOOLS = {"run_objective", "trace_summary", "validate_plan", "resume_search_history", "local_neighborhood_search",
          "bounded_exhaustive_search", "search_plans", "candidate_diff", "benchmark_plan", "apply_candidate",
-         "apply_best_verified", "export_candidate_fixture", "compare_history", "rank_experiments", "record_result"}
+         "apply_best_verified", "export_candidate_fixture", "compare_history", "rank_experiments", "record_result", "repeated_evaluation"}
 
 VALID = {
     "run_objective": {"mode": "final"},
@@ -31,6 +31,7 @@ VALID = {
     "compare_history": {"limit": 3},
     "rank_experiments": {},
     "record_result": {"path": "results/out.json"},
+    "repeated_evaluation": {"candidate": "tensor_plan_iteration2_neighborhood_best", "repeats": 3},
 }
 
 BAD = {
@@ -49,6 +50,7 @@ BAD = {
     "compare_history": ({"limit": -1}, "limit"),
     "rank_experiments": ({"extra": True}, "extra"),
     "record_result": ({"path": "/tmp/elsewhere.json"}, "outside the workspace"),
+    "repeated_evaluation": ({"candidate": "tensor_plan_attempt1_best", "repeats": 1}, "repeats"),
 }
 
 

@@ -1,0 +1,95 @@
+"""Noisy benchmarks: repeated measurements, the significance test, and a gate that applies only significant gains."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from tuner import gate, noise
+from tuner.objectives.base import Evaluations
+from tuner.objectives.builtin import BuiltinObjective
+from tuner.plan import SPACE
+
+
+class NoisyObjective:
+    """The built-in model, each final value multiplied by ``1 + noise * N(0, 1)`` (seeded), a candidate's by ``factor``."""
+
+    space, modes, name = SPACE, ("dev", "final"), "noisy"
+
+    def __init__(self, factor: dict[str, float], noise_level: float, seed: int) -> None:
+        self.builtin, self.factor, self.noise, self.rng = BuiltinObjective(), factor, noise_level, np.random.default_rng(seed)
+
+    def evaluate(self, idx: np.ndarray, mode: str) -> Evaluations:
+        result = self.builtin.evaluate(idx, mode)
+        scale = np.array([self.factor.get(SPACE.hash_idx(row), 1.0) for row in idx])
+        jitter = 1 + self.noise * self.rng.standard_normal(len(idx)) if mode == "final" else 1.0
+        return Evaluations(result.cycles * scale * jitter, result.correct, result.max_abs)
+
+
+def test_summary_and_comparison_are_deterministic_and_sensible():
+    a, b = [100.0, 102.0, 98.0, 101.0, 99.0], [120.0, 118.0, 123.0, 119.0, 121.0]
+    assert noise.compare(a, b) == noise.compare(a, b) and noise.compare(a, b).better
+    assert not noise.compare(b, a).better and not noise.compare(a, a).better
+    assert noise.compare([5.0] * 3, [10.0] * 3).ratio == 0.5 and noise.compare([5.0] * 3, [10.0] * 3).high == 0.5
+    s = noise.summary(a)
+    assert s["median"] == 100.0 and s["low"] <= 100.0 <= s["high"] and s["spread"] == pytest.approx(102 / 98 - 1)
+    with pytest.raises(ValueError, match="finite"):
+        noise.compare([1.0, np.inf], [1.0, 1.0])
+
+
+def test_noisy_gate_applies_significant_gains_and_never_a_worse_final(workspace, iteration2):
+    """3% multiplicative noise, K=5, 200 seeded trials each: a 10%-better final applies in at least 95% of trials;
+    a final 2-20% worse (noise-free) never does."""
+    from tuner.workspace import Workspace
+
+    ws = Workspace.at(workspace)
+    current = ws.current_plan()
+    candidate = iteration2                                            # better dev than the current plan in every trial
+    better = worse = 0
+    rng = np.random.default_rng(2026)
+    for trial in range(200):
+        true = {"better": 0.9, "worse": float(rng.uniform(1.02, 1.2))}
+        for case, ratio in true.items():
+            noise_free = gate.measure(BuiltinObjective(), candidate)["final"]["best_cycles"]
+            base_final = gate.measure(BuiltinObjective(), current)["final"]["best_cycles"]
+            factor = {SPACE.hash(candidate): ratio * base_final / noise_free}   # candidate's noise-free final = ratio x current's
+            report = gate.gate(NoisyObjective(factor, 0.03, seed=trial * 2 + (case == "worse")), ws, candidate, repeats=5)
+            better += case == "better" and report["passed"]
+            worse += case == "worse" and report["passed"]
+            assert report["significance"]["test"] == noise.TEST
+    assert better >= 190 and worse == 0
+
+
+NOISY_BENCHMARK = """import json, os, random, sys
+from tuner.task.cli import benchmark_main
+import io, contextlib
+out = io.StringIO()
+with contextlib.redirect_stdout(out):
+    code = benchmark_main(sys.argv[1:])
+report = json.loads(out.getvalue())
+counter = os.path.join(os.path.dirname(os.path.abspath(__file__)), ".runs")
+runs = int(open(counter).read()) if os.path.exists(counter) else 0
+open(counter, "w").write(str(runs + 1))
+if report.get("best_cycles") is not None:
+    report["best_cycles"] = round(report["best_cycles"] * (1 + 0.03 * random.Random(runs).gauss(0, 1)))
+print(json.dumps(report))
+sys.exit(code)
+"""
+
+
+def test_repeated_evaluation_of_a_noisy_workspace_benchmark(workspace):
+    (workspace / "benchmark.py").write_text(NOISY_BENCHMARK)
+    out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--objective", "command", "--json",
+                          "repeated_evaluation", "--candidate", "tensor_plan_iteration2_neighborhood_best", "--repeats", "5"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    for mode in ("dev", "final"):
+        entry = result["modes"][mode]
+        assert entry["candidate"]["samples"] == entry["against"]["samples"] == 5
+        assert entry["candidate"]["spread"] > 0 and entry["candidate"]["low"] <= entry["candidate"]["median"] <= entry["candidate"]["high"]
+        assert entry["comparison"]["better"] and entry["comparison"]["ratio"] < 0.2     # iteration-2 is many times faster
