@@ -38,9 +38,9 @@ def convergence_info(history: History, objective: str) -> list[dict[str, Any]]:
     return out
 
 
-def importance_info(history: History, objective: str, mode: str, space: Space, seed: int = 0) -> dict[str, float]:
-    """Knob importance (Optuna's fANOVA, seeded) over up to ``IMPORTANCE_TRIALS`` scored trials of the largest
-    study of ``objective``; empty when no study has enough varied trials."""
+def importance_info(history: History, objective: str, mode: str, space: Space) -> dict[str, float]:
+    """Knob importance (Optuna's default, PED-ANOVA: deterministic, no scikit-learn) over up to ``IMPORTANCE_TRIALS``
+    scored trials of the largest study of ``objective``; empty when no study has enough varied trials."""
     tops = history.study_tops(objective, 1)
     if not tops:
         return {}
@@ -54,8 +54,7 @@ def importance_info(history: History, objective: str, mode: str, space: Space, s
     study.add_trials([create_trial(params=space.to_params(rows[h].idx), distributions=space.distributions, value=v,
                                    state=TrialState.COMPLETE) for h, v in scored if h in rows])
     try:
-        importance = optuna.importance.get_param_importances(
-            study, evaluator=optuna.importance.FanovaImportanceEvaluator(seed=seed))
+        importance = optuna.importance.get_param_importances(study)
     except (RuntimeError, ValueError):                  # a study whose knobs never vary has no importance to give
         return {}
     return {knob: float(value) for knob, value in importance.items()}
@@ -109,7 +108,7 @@ def figures(info: dict[str, Any], unit: str) -> list[tuple[str, Any]]:
     if info.get("importance"):
         knobs = list(info["importance"])[::-1]
         fig = go.Figure(go.Bar(x=[info["importance"][k] for k in knobs], y=knobs, orientation="h"))
-        fig.update_layout(xaxis_title="importance (fANOVA)", height=max(300, 22 * len(knobs)))
+        fig.update_layout(xaxis_title="importance (PED-ANOVA)", height=max(300, 22 * len(knobs)))
         figures.append(("Knob importance", fig))
     for mode, plans in info.get("trace", {}).items():
         components = sorted({c for cases in plans.values() for comps in cases.values() for c in comps})

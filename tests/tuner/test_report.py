@@ -36,7 +36,7 @@ def test_figure_data_is_built_without_plotly(searched):
         assert np.all(np.diff(study["evaluations"]) > 0)
     importance = report.importance_info(ctx.history, name, "dev", SPACE)
     assert importance and set(importance) <= set(SPACE.names) and abs(sum(importance.values()) - 1) < 1e-6
-    assert importance == report.importance_info(ctx.history, name, "dev", SPACE)            # seeded: the same every time
+    assert importance == report.importance_info(ctx.history, name, "dev", SPACE)            # the same every time
     marginals = report.marginals_info(ctx.history, name, "dev", SPACE)
     for knob, m in marginals.items():
         assert len(m["values"]) == len(m["best"]) == len(m["median"]) >= 1
