@@ -22,7 +22,7 @@ from tuner.space import ProfileError, SpaceError
 from tuner.workspace import LIMITS, MAX_PATH_CHARS, OUTPUT_DIR, RESULT_PATH, WorkspaceError
 
 INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, SpaceError, HistoryUnavailable)
-GLOBAL_OPTIONS = ("workspace", "history", "objective", "space", "timeout_s", "json", "command")   # not a tool's arguments
+GLOBAL_OPTIONS = ("workspace", "history", "objective", "space", "timeout_s", "objective_repeats", "json", "command")   # not tool arguments
 PLAN_HELP = "a fixture name, a JSON file inside the workspace (default: kernel_plan.json)"
 
 
@@ -182,6 +182,9 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--timeout-s", type=_seconds, default=120.0, metavar="SECONDS",
                      help="with the command objective: seconds one benchmark run may take; a run past it is killed with "
                           "everything it started and counts as a failed evaluation (default 120)")
+    top.add_argument("--repeats", dest="objective_repeats", type=_positive(int, LIMITS["repeats"]), default=1, metavar="K",
+                     help="with the command objective: runs per plan in searches, valued by their median; every sample is kept "
+                          "in the trial (noisy timings; default 1)")
     top.add_argument("--json", action="store_true", help="print the result as JSON (default: readable text)")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, add, help_) in COMMANDS.items():
@@ -270,7 +273,8 @@ def main(argv: list[str] | None = None) -> int:
     ctx = None
     try:
         ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command,
-                                     log=lambda line: print(line, file=sys.stderr, flush=True), timeout_s=args.timeout_s)
+                                     log=lambda line: print(line, file=sys.stderr, flush=True), timeout_s=args.timeout_s,
+                                     objective_repeats=args.objective_repeats)
         result = function(ctx, **kwargs)
         if args.json:
             print(json.dumps(result, indent=2), flush=True)

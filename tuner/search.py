@@ -180,11 +180,14 @@ class Search:
             result = self.objective.evaluate(idx[todo], self.spec.mode)
             self.evaluations += len(todo) * counted
             reasons = result.reasons or [None] * len(todo)
-            for i, row, reason in zip(todo, rows_of(result, list(fresh), idx[todo]), reasons, strict=True):
+            samples = result.samples or [[]] * len(todo)
+            for i, row, reason, measured in zip(todo, rows_of(result, list(fresh), idx[todo]), reasons, samples, strict=True):
                 self.cache[row.plan_hash] = row
                 self._rows.append(row)
+                extra = {"reason": reason} if reason is not None else {}
+                extra |= {"samples": measured} if measured else {}              # a noisy objective's every measurement
                 values[i] = self._accept(idx[i], row.plan_hash, row.cycles, row.correct, row.max_abs,
-                                         attrs if reason is None else {**(attrs or {}), "reason": reason}, cached=False)
+                                         {**(attrs or {}), **extra} if extra else attrs, cached=False)
             self._bar.update(len(todo) * counted)
         for i, h in enumerate(hashes):                      # duplicates within this batch
             if h and np.isinf(values[i]) and h in self.seen:

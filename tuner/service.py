@@ -81,6 +81,7 @@ class Context:
     writes_history: bool = True
     log: Callable[[str], None] | None = None            # a line as each step of the main job ends
     timeout_s: float = 120.0                            # the command objective: seconds one benchmark run may take
+    objective_repeats: int = 1                          # the command objective: runs per plan, valued by their median
 
     @classmethod
     def create(cls, workspace: str | Path = ".", history: str | None = None, objective: str = "builtin",
@@ -108,7 +109,9 @@ class Context:
     def objective(self) -> Objective:
         if self.objective_kind.startswith("cache:"):
             return CacheObjective(self.objective_kind.removeprefix("cache:"), self.space_path)
-        return BuiltinObjective() if self.objective_kind == "builtin" else CommandObjective(self.workspace.root, timeout_s=self.timeout_s)
+        if self.objective_kind == "builtin":
+            return BuiltinObjective()
+        return CommandObjective(self.workspace.root, timeout_s=self.timeout_s, repeats=self.objective_repeats)
 
     def close(self) -> None:
         """Close the history if this context opened it."""

@@ -93,3 +93,20 @@ def test_repeated_evaluation_of_a_noisy_workspace_benchmark(workspace):
         assert entry["candidate"]["samples"] == entry["against"]["samples"] == 5
         assert entry["candidate"]["spread"] > 0 and entry["candidate"]["low"] <= entry["candidate"]["median"] <= entry["candidate"]["high"]
         assert entry["comparison"]["better"] and entry["comparison"]["ratio"] < 0.2     # iteration-2 is many times faster
+
+
+def test_a_noisy_search_keeps_every_sample_and_ranks_by_the_median(workspace):
+    (workspace / "benchmark.py").write_text(NOISY_BENCHMARK)
+    out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--objective", "command", "--repeats", "3",
+                          "--json", "local_neighborhood_search", "--fixture", "tensor_plan_iteration2_neighborhood_best",
+                          "--max-evals", "3", "--include-final", "false"], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    from tuner.history import History
+
+    history = History(f"sqlite:///{workspace / 'studies' / 'history.db'}", read_only=True)
+    trials = [t for t in history.trials(json.loads(out.stdout)["study"]) if t.value is not None]
+    assert trials and json.loads(out.stdout)["study"].endswith(":median3")
+    for trial in trials:
+        samples = trial.user_attrs["samples"]
+        assert len(samples) == 3 and len(set(samples)) > 1 and trial.value == float(np.median(samples))
+    history.close()

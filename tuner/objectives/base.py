@@ -17,13 +17,16 @@ class Evaluations:
     ``cycles`` is the value (``best_cycles`` of a plan, a measured time in ms...; ``inf`` where
     infeasible); ``correct`` is whether the result passed the problem's check (``False`` where
     infeasible); ``max_abs`` is the numeric error, ``nan`` where unknown; ``reasons`` says why a
-    configuration is infeasible, where the objective knows (``None`` elsewhere).
+    configuration is infeasible, where the objective knows (``None`` elsewhere); ``samples``, where
+    the objective measures repeatedly, every measured value of each configuration (``cycles`` is then
+    their median).
     """
 
     cycles: np.ndarray
     correct: np.ndarray
     max_abs: np.ndarray
     reasons: list[str | None] = field(default_factory=list)
+    samples: list[list[float]] = field(default_factory=list)
 
     @property
     def feasible(self) -> np.ndarray:

@@ -7,7 +7,8 @@ Real benchmarks misbehave. Each run is its own process group: one that outlives 
 killed with the whole group, and the group is killed after every run too, so nothing it started is
 left behind. In a search, a run that hangs, crashes or prints no JSON makes that plan a failed
 evaluation whose reason (with the stderr tail) is kept in the trial, and the search goes on; a single
-report (``run_objective``...) raises :class:`ObjectiveError` with the same reason.
+report (``run_objective``...) raises :class:`ObjectiveError` with the same reason. With ``repeats`` > 1 every
+plan is run that many times and valued by the median; the samples go into the trial (noisy timings).
 """
 
 from __future__ import annotations
@@ -44,15 +45,14 @@ class CommandObjective:
     space = SPACE
     modes = MODES
 
-    def __init__(self, workspace: str | Path, python: str = sys.executable, timeout_s: float = 120.0) -> None:
+    def __init__(self, workspace: str | Path, python: str = sys.executable, timeout_s: float = 120.0, repeats: int = 1) -> None:
         self._copy: Path | None = None
         self.workspace = Path(workspace).resolve()
         script = self.workspace / "benchmark.py"
         if not script.is_file():
             raise ObjectiveError(f"no benchmark.py in workspace {str(self.workspace)!r}")
-        self.python = python
-        self.timeout_s = timeout_s
-        self.name = "command:" + hashlib.sha256(script.read_bytes()).hexdigest()[:12]
+        self.python, self.timeout_s, self.repeats = python, timeout_s, repeats
+        self.name = "command:" + hashlib.sha256(script.read_bytes()).hexdigest()[:12] + (f":median{repeats}" if repeats > 1 else "")
 
     def _sandbox(self) -> Path:
         if self._copy is None:
@@ -100,24 +100,31 @@ class CommandObjective:
         return self._run(plan_json(plan), mode)
 
     def evaluate(self, idx: np.ndarray, mode: str) -> Evaluations:
-        """One run per configuration; a run that fails (hangs, crashes, prints no JSON) is a failed evaluation
-        with its reason, and the batch goes on."""
+        """``repeats`` runs per configuration, valued by their median (every sample kept); a run that fails
+        (hangs, crashes, prints no JSON) makes a failed evaluation with its reason, and the batch goes on."""
         n = len(idx)
         cycles, correct, max_abs = np.full(n, np.inf), np.zeros(n, dtype=bool), np.full(n, np.nan)
         reasons: list[str | None] = [None] * n
+        samples: list[list[float]] = [[] for _ in range(n)]
         for i, row in enumerate(np.asarray(idx)):
-            try:
-                report = self._run(plan_json(decode(row)), mode)
-            except ObjectiveError as exc:
-                reasons[i] = str(exc)
+            reports = []
+            for _ in range(self.repeats):
+                try:
+                    reports.append(self._run(plan_json(decode(row)), mode))
+                except ObjectiveError as exc:
+                    reasons[i] = str(exc)
+                    break
+            if reasons[i] is not None:
                 continue
-            if report.get("feasible", True) and report.get("best_cycles") is not None:
-                cycles[i] = float(report["best_cycles"])
-                correct[i] = bool(report.get("correct"))
-                max_abs[i] = float(report.get("max_abs", np.nan))
+            if all(r.get("feasible", True) and r.get("best_cycles") is not None for r in reports):
+                samples[i] = [float(r["best_cycles"]) for r in reports]
+                cycles[i] = float(np.median(samples[i]))
+                correct[i] = all(bool(r.get("correct")) for r in reports)
+                max_abs[i] = max(float(r.get("max_abs", np.nan)) for r in reports)
             else:
-                reasons[i] = str(report.get("reason") or "infeasible")
-        return Evaluations(cycles=cycles, correct=correct, max_abs=max_abs, reasons=reasons)
+                reasons[i] = str(next(r.get("reason") for r in reports if r.get("best_cycles") is None) or "infeasible")
+        return Evaluations(cycles=cycles, correct=correct, max_abs=max_abs, reasons=reasons,
+                           samples=samples if self.repeats > 1 else [])
 
     def __del__(self) -> None:
         self.close()
