@@ -43,7 +43,8 @@ def build(workspace: Path, studies: int, trials: int) -> str:
         rows = rows_of(result, hashes, idx)
         study = history.study(f"quick:space:dev:seed{s}@{objective.name}")
         records = [TrialRecord(row.idx, row.cycles if row.correct else None, {}) for row in rows]
-        history.write(objective.name, "dev", rows, study._study_id, records, space=SPACE)
+        history.write(objective.name, "dev", rows, study._study_id, records, space=SPACE,
+                      members=[(r.plan_hash, r.cycles if r.correct else None) for r in rows])
         best = sorted((r.cycles, r.plan_hash) for r in rows if r.correct and r.cycles is not None)[:10]
         top = {r.plan_hash: r.idx for r in rows}
         history.scored(objective, "final", np.stack([top[h] for _, h in best]))   # as a search with include_final does

@@ -1,8 +1,10 @@
 """Search history: one database (SQLite by default, any SQLAlchemy URL) that is also the cache.
 
-Optuna's own schema holds a study per search run and its trials, so optuna-dashboard shows them.
-Two plain tables sit beside it: ``tuner_evaluations``, the evaluation cache keyed by objective,
-mode and plan hash, and ``tuner_sweeps``, the progress of each search (for resuming). Every write
+Optuna's own schema holds a study per search run and its trials, so optuna-dashboard shows them
+(a long run's trials are thinned to what a person looks at). Plain tables sit beside it:
+``tuner_evaluations``, the evaluation cache keyed by objective, mode and plan hash;
+``tuner_members``, every evaluation each study saw, in order (resume and the summaries read it);
+and ``tuner_sweeps``, the progress of each search (for resuming). Every write
 is one transaction (``BEGIN IMMEDIATE`` on SQLite), so a kill at any moment leaves the last
 committed batch intact and several processes can share one file.
 """
@@ -57,6 +59,13 @@ SWEEPS = Table(
     Column("updated", String(32), nullable=False),
 )
 
+MEMBERS = Table(
+    "tuner_members", _META,                             # every evaluation a study saw, in order (its trials may be thinned)
+    Column("study_name", String(512), primary_key=True),
+    Column("seq", Integer, primary_key=True),
+    Column("plan_hash", String(16), nullable=False),
+    Column("value", Float, nullable=True),              # the trial value: None where infeasible or incorrect
+)
 _STUDIES, _TRIALS = models.StudyModel.__table__, models.TrialModel.__table__          # Optuna's own tables, read directly
 _VALUES, _ATTRS = models.TrialValueModel.__table__, models.TrialUserAttributeModel.__table__
 _IN_CHUNK = 500                                         # plan hashes per IN (...) query
@@ -298,31 +307,26 @@ class History:
             return []
 
     def outcomes(self, name: str) -> list[tuple[str, float | None]]:
-        """``(plan_hash, value)`` of every trial of study ``name`` in trial order; ``None`` for a pruned one (one query)."""
-        query = (select(_ATTRS.c.value_json, _VALUES.c.value)
-                 .select_from(_TRIALS.join(_STUDIES, _STUDIES.c.study_id == _TRIALS.c.study_id)
-                              .join(_ATTRS, and_(_ATTRS.c.trial_id == _TRIALS.c.trial_id, _ATTRS.c.key == "plan_hash"))
-                              .outerjoin(_VALUES, and_(_VALUES.c.trial_id == _TRIALS.c.trial_id, _VALUES.c.objective == 0)))
-                 .where(_STUDIES.c.study_name == name).order_by(_TRIALS.c.number))
+        """``(plan_hash, value)`` of every evaluation study ``name`` saw, in order; ``None`` where infeasible or
+        incorrect (one query). Complete even where the study's Optuna trials are thinned for the dashboard."""
+        query = select(MEMBERS.c.plan_hash, MEMBERS.c.value).where(MEMBERS.c.study_name == name).order_by(MEMBERS.c.seq)
         with self.engine.connect() as connection:
-            return [(json.loads(h), v) for h, v in connection.execute(query)]
+            return [(h, v) for h, v in connection.execute(query)]
 
     def study_tops(self, objective: str, per_study: int) -> dict[str, tuple[int, list[str]]]:
-        """For every study of ``objective`` (oldest first): its number of scored trials and the plan hashes of
-        its ``per_study`` best (lowest value, ties by hash). One query with window functions, however many trials."""
-        by_value = (_VALUES.c.value, _ATTRS.c.value_json)
-        ranked = (select(_TRIALS.c.study_id, _STUDIES.c.study_name, _ATTRS.c.value_json.label("plan_hash"),
-                         func.row_number().over(partition_by=_TRIALS.c.study_id, order_by=by_value).label("rank"),
-                         func.count().over(partition_by=_TRIALS.c.study_id).label("scored"))
-                  .select_from(_TRIALS.join(_STUDIES, _STUDIES.c.study_id == _TRIALS.c.study_id)
-                               .join(_VALUES, and_(_VALUES.c.trial_id == _TRIALS.c.trial_id, _VALUES.c.objective == 0))
-                               .join(_ATTRS, and_(_ATTRS.c.trial_id == _TRIALS.c.trial_id, _ATTRS.c.key == "plan_hash")))
-                  .where(_STUDIES.c.study_name.endswith(objective, autoescape=True))).subquery()
+        """For every study of ``objective`` (oldest first): its number of scored evaluations and the plan hashes
+        of its ``per_study`` best (lowest value, ties by hash). One query with window functions, however many."""
+        ranked = (select(_STUDIES.c.study_id, MEMBERS.c.study_name, MEMBERS.c.plan_hash,
+                         func.row_number().over(partition_by=MEMBERS.c.study_name, order_by=(MEMBERS.c.value, MEMBERS.c.plan_hash))
+                         .label("rank"),
+                         func.count().over(partition_by=MEMBERS.c.study_name).label("scored"))
+                  .select_from(MEMBERS.join(_STUDIES, _STUDIES.c.study_name == MEMBERS.c.study_name))
+                  .where(MEMBERS.c.study_name.endswith(objective, autoescape=True), MEMBERS.c.value.is_not(None))).subquery()
         query = select(ranked).where(ranked.c.rank <= per_study).order_by(ranked.c.study_id, ranked.c.rank)
         tops: dict[str, tuple[int, list[str]]] = {}
         with self.engine.connect() as connection:
             for row in connection.execute(query):
-                tops.setdefault(row.study_name, (row.scored, []))[1].append(json.loads(row.plan_hash))
+                tops.setdefault(row.study_name, (row.scored, []))[1].append(row.plan_hash)
         return tops
 
     def sweep(self, name: str) -> dict[str, Any] | None:
@@ -342,20 +346,26 @@ class History:
 
     def write(self, objective: str, mode: str, rows: list[Row], study_id: int | None = None,
               trials: list[TrialRecord] = (), sweep: dict[str, Any] | None = None,  # type: ignore[assignment]
-              space: Space | None = None) -> None:
-        """Store evaluations, trials (of configurations of ``space``) and a sweep record in one transaction."""
+              space: Space | None = None, members: list[tuple[str, float | None]] = ()) -> None:  # type: ignore[assignment]
+        """Store evaluations, trials (of configurations of ``space``), the study's new ``members`` (``(plan_hash,
+        value)`` of every evaluation it saw) and a sweep record in one transaction."""
         if self.read_only:
             raise HistoryError("this history is opened read-only (the tool declares no history writes)")
         def transaction() -> None:
             with self.engine.begin() as connection:
-                self._write(connection, objective, mode, rows, study_id, list(trials), sweep, space)
+                self._write(connection, objective, mode, rows, study_id, list(trials), sweep, space, list(members))
 
         _retry(transaction, (OperationalError,), attempts=10, pause_s=0.05)
 
     def _write(self, connection: Any, objective: str, mode: str, rows: list[Row], study_id: int | None,
-               trials: list[TrialRecord], sweep: dict[str, Any] | None, space: Space | None) -> None:
-        if study_id is not None:                   # one writer per study at a time: contiguous trial numbers, one sweep record
-            connection.execute(select(_STUDIES.c.study_id).where(_STUDIES.c.study_id == study_id).with_for_update())
+               trials: list[TrialRecord], sweep: dict[str, Any] | None, space: Space | None,
+               members: list[tuple[str, float | None]]) -> None:
+        if study_id is not None:                   # one writer per study at a time: contiguous numbers, one sweep record
+            name = connection.execute(select(_STUDIES.c.study_name).where(_STUDIES.c.study_id == study_id).with_for_update()).scalar_one()
+            if members:
+                start = connection.execute(select(func.count()).select_from(MEMBERS).where(MEMBERS.c.study_name == name)).scalar_one()
+                connection.execute(insert(MEMBERS), [{"study_name": name, "seq": start + i, "plan_hash": h, "value": v}
+                                                     for i, (h, v) in enumerate(members)])
         if rows:
             values = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash, "best_cycles": r.cycles,
                        "correct": int(r.correct), "max_abs": r.max_abs, "plan": json.dumps([int(i) for i in r.idx])}

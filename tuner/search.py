@@ -24,6 +24,9 @@ from tuner.space import Space
 Progress = Callable[[int, int, str], None]
 
 
+DASHBOARD_TRIALS = 200              # a run's first trials, all kept as Optuna trials; past them, improvements and every 20th
+THIN_EVERY = 20                     # (every evaluation stays in tuner_members: resume and the summaries stay exact)
+
 @dataclass(frozen=True)
 class Spec:
     """What to search: ``strategy`` and its target in ``mode`` (the objective's first mode); budgets
@@ -107,11 +110,13 @@ class Search:
         self.evaluations = record["evaluations"] if record else 0
         self.resumed_from = self.evaluations
         self.trials_written = 0
+        self._thinned = 0                                   # evaluations of this run kept as members only, not as trials
         self.cached_hits = 0
         self.started = time.monotonic()
         self.seen: dict[str, float] = {}
         self._rows: list[Row] = []
         self._trials: list[TrialRecord] = []
+        self._members: list[tuple[str, float | None]] = []
         self._last_flush = time.monotonic()
         self.flush_every, self.flush_seconds = flush_every, flush_seconds
         self.best: Candidate | None = None
@@ -204,8 +209,14 @@ class Search:
         record_attrs = {"correct": correct, "max_abs": max_abs, "cached": cached, **(attrs or {})}
         if cycles is not None and not correct:
             record_attrs["cycles"] = cycles
-        self._trials.append(TrialRecord(idx.copy(), value if np.isfinite(value) else None, record_attrs))
-        if np.isfinite(value) and (self.best is None or value < self.best.value):
+        improves = bool(np.isfinite(value) and (self.best is None or value < self.best.value))
+        self._members.append((h, value if np.isfinite(value) else None))
+        accepted = self.trials_written + len(self._trials) + self._thinned
+        if improves or accepted < DASHBOARD_TRIALS or accepted % THIN_EVERY == 0:        # what a person looks at
+            self._trials.append(TrialRecord(idx.copy(), value if np.isfinite(value) else None, record_attrs))
+        else:
+            self._thinned += 1
+        if improves:
             self.best = Candidate(idx.copy(), value, True)
             self.report(self.evaluations, self.spec.max_evals, f"best {number(value)}")
         return value
@@ -217,9 +228,10 @@ class Search:
         sweep = {"study_name": self.name, "strategy": self.spec.strategy, "objective": self.objective.name,
                  "mode": self.spec.mode, "target": self.spec.target, "state": state, "evaluations": self.evaluations,
                  "progress": self.progress_state}
-        self.history.write(self.objective.name, self.spec.mode, self._rows, self.study._study_id, self._trials, sweep, self.space)
+        self.history.write(self.objective.name, self.spec.mode, self._rows, self.study._study_id, self._trials, sweep, self.space,
+                           self._members)
         self.trials_written += len(self._trials)
-        self._rows, self._trials = [], []
+        self._rows, self._trials, self._members = [], [], []
         self._last_flush = time.monotonic()
 
     def finish(self, top: list[Candidate], stopped: str, progress: dict[str, Any] | None = None) -> Outcome:

@@ -170,3 +170,24 @@ def test_one_query_reads_agree_with_optuna_and_the_tools_write_nothing(workspace
     assert database.read_bytes() == before and {r["study"] for r in ranking} <= set(names)
     finals = [r["final"] for r in ranking]
     assert finals == sorted(finals) and all(r["trials"] == tops[r["study"]][0] for r in ranking)
+
+
+def test_a_long_run_thins_its_trials_for_the_dashboard_and_resumes_exactly(workspace, monkeypatch):
+    from tuner import search as search_module
+    from tuner import service
+
+    monkeypatch.setattr(search_module, "DASHBOARD_TRIALS", 30)
+    ctx = service.Context.create(workspace)
+    first = service.search_plans(ctx, "quick", max_evals=150, seed=4)
+    history = ctx.history
+    outcomes, trials = history.outcomes(first["study"]), history.trials(first["study"])
+    assert len(outcomes) >= 150 > len(trials) >= 30                        # every evaluation a member, fewer trials
+    improvements, best = set(), np.inf
+    for h, v in outcomes:
+        if v is not None and v < best:
+            improvements.add(h)
+            best = v
+    assert improvements <= {t.user_attrs["plan_hash"] for t in trials}    # every improvement is a trial a person sees
+    resumed = service.search_plans(ctx, "quick", max_evals=150, seed=4)   # same budget: nothing new, nothing lost
+    assert resumed["new_evaluations"] == 0 and resumed["best"] == first["best"]
+    ctx.close()
