@@ -195,9 +195,11 @@ class History:
             with self._schema_lock():
                 if not read_only or url == "sqlite://":
                     _META.create_all(self.engine)
+                self.storage = self._optuna_storage(url)
+                if not read_only:
+                    self._backfill_members()
                 if url == "sqlite://":
                     models.BaseModel.metadata.create_all(self.engine)     # an empty history reads Optuna's tables too
-                self.storage = self._optuna_storage(url)
         except ImportError as exc:
             scheme = url.split(":", 1)[0].split("+", 1)[0]
             extra = DRIVER_EXTRAS.get(scheme)
@@ -206,6 +208,20 @@ class History:
             raise HistoryUnavailable(f"the database driver for {scheme} ({exc.name}) is not installed; {hint}") from None
         except (SQLAlchemyError, OSError) as exc:
             raise HistoryUnavailable(f"cannot open history {_safe(url)}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from None
+
+    def _backfill_members(self) -> None:
+        """A history written before ``tuner_members``: each study's trials become its members, once."""
+        listed = select(MEMBERS.c.study_name).distinct()
+        query = (select(_STUDIES.c.study_name, _TRIALS.c.number, _ATTRS.c.value_json, _VALUES.c.value)
+                 .select_from(_TRIALS.join(_STUDIES, _STUDIES.c.study_id == _TRIALS.c.study_id)
+                              .join(_ATTRS, and_(_ATTRS.c.trial_id == _TRIALS.c.trial_id, _ATTRS.c.key == "plan_hash"))
+                              .outerjoin(_VALUES, and_(_VALUES.c.trial_id == _TRIALS.c.trial_id, _VALUES.c.objective == 0)))
+                 .where(_STUDIES.c.study_name.not_in(listed)))
+        with self.engine.begin() as connection:
+            rows = [{"study_name": name, "seq": number, "plan_hash": json.loads(h), "value": v}
+                    for name, number, h, v in connection.execute(query)]
+            if rows:
+                connection.execute(insert(MEMBERS), rows)
 
     @contextmanager
     def _schema_lock(self) -> Iterator[None]:

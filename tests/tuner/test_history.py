@@ -35,6 +35,9 @@ def test_cache_and_trials_round_trip(tmp_path, iteration2):
     assert [t.state.name for t in trials] == ["COMPLETE", "PRUNED"] and [t.number for t in trials] == [0, 1]
     assert trials[0].value == 123.0 and trials[0].params == iteration2          # the real knob values, not indices
     assert trials[0].user_attrs == {"plan_hash": plan_hash(iteration2), "phase": "t"}
+    assert history.outcomes("s") == []                     # trials written without members, as older versions did
+    history.close()
+    assert History(f"sqlite:///{tmp_path / 'h.db'}").outcomes("s") == [(plan_hash(iteration2), 123.0), (plan_hash(iteration2), None)]
 
 
 def test_history_accepts_any_sqlalchemy_url(tmp_path):

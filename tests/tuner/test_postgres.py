@@ -19,7 +19,8 @@ def test_cache_trials_and_sweeps_round_trip_on_postgres(postgres_url, iteration2
     study = history.study("s")
     row = Row(plan_hash(iteration2), 123.0, True, 1e-5, idx)
     for _ in range(2):                                                       # the cache insert is idempotent
-        history.write("obj", "dev", [row], study._study_id, [TrialRecord(idx, 123.0, {"phase": "t"})], space=SPACE)
+        history.write("obj", "dev", [row], study._study_id, [TrialRecord(idx, 123.0, {"phase": "t"})], space=SPACE,
+                      members=[(row.plan_hash, 123.0)])
     assert history.cached("obj", "dev")[plan_hash(iteration2)].cycles == 123.0
     assert [t.number for t in history.trials("s")] == [0, 1] and history.trials("s")[0].params == iteration2
     assert history.outcomes("s") == [(plan_hash(iteration2), 123.0)] * 2
