@@ -210,13 +210,19 @@ class History:
             raise HistoryUnavailable(f"cannot open history {_safe(url)}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from None
 
     def _backfill_members(self) -> None:
-        """A history written before ``tuner_members``: each study's trials become its members, once."""
-        listed = select(MEMBERS.c.study_name).distinct()
+        """A history written before ``tuner_members``: each study's trials become its members, once. The check
+        reads only the studies (no write lock); the trials are read and copied only for a study that needs it."""
+        unlisted = (select(_STUDIES.c.study_id)
+                    .where(~select(MEMBERS.c.study_name).where(MEMBERS.c.study_name == _STUDIES.c.study_name).exists(),
+                           select(_TRIALS.c.trial_id).where(_TRIALS.c.study_id == _STUDIES.c.study_id).exists()))
+        with self.engine.connect() as connection:
+            if connection.execute(unlisted.limit(1)).first() is None:
+                return
         query = (select(_STUDIES.c.study_name, _TRIALS.c.number, _ATTRS.c.value_json, _VALUES.c.value)
                  .select_from(_TRIALS.join(_STUDIES, _STUDIES.c.study_id == _TRIALS.c.study_id)
                               .join(_ATTRS, and_(_ATTRS.c.trial_id == _TRIALS.c.trial_id, _ATTRS.c.key == "plan_hash"))
                               .outerjoin(_VALUES, and_(_VALUES.c.trial_id == _TRIALS.c.trial_id, _VALUES.c.objective == 0)))
-                 .where(_STUDIES.c.study_name.not_in(listed)))
+                 .where(_STUDIES.c.study_id.in_(unlisted)))              # checked again under the write lock: copied once
         with self.engine.begin() as connection:
             rows = [{"study_name": name, "seq": number, "plan_hash": json.loads(h), "value": v}
                     for name, number, h, v in connection.execute(query)]
