@@ -22,13 +22,13 @@ from tuner.space import Config
 from tuner.workspace import BACKUP_DIR, PLAN_FILE, Workspace, WorkspaceError, quoted
 
 
-def measure(objective: Objective, plan: Config, repeats: int = 1) -> dict[str, dict[str, Any]]:
-    """Per mode of ``objective``: ``best_cycles`` (the value, lower is better), ``correct`` and ``max_abs``.
-    With ``repeats`` > 1 the plan is scored that many times: the value is the median, correct means correct
-    every time, and ``samples`` keeps every value (a noisy benchmark's spread)."""
+def measure(objective: Objective, plan: Config, repeats: int = 1, modes: list[str] | None = None) -> dict[str, dict[str, Any]]:
+    """Per mode (default: every mode of ``objective``): ``best_cycles`` (the value, lower is better), ``correct``
+    and ``max_abs``. With ``repeats`` > 1 the plan is scored that many times: the value is the median, correct
+    means correct every time, and ``samples`` keeps every value (a noisy benchmark's spread)."""
     idx = objective.space.encode(plan)[None]
     out = {}
-    for mode in objective.modes:
+    for mode in modes or objective.modes:
         results = [objective.evaluate(idx, mode) for _ in range(repeats)]
         values = [float(r.cycles[0]) for r in results]
         errors = [float(r.max_abs[0]) for r in results if not np.isnan(r.max_abs[0])]

@@ -24,9 +24,10 @@ def _medians(samples: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     return np.median(samples[picks], axis=1)
 
 
-def summary(samples: list[float] | np.ndarray, confidence: float = CONFIDENCE, seed: int = 0) -> dict[str, Any]:
-    """``median``, ``spread`` (max/min - 1 of the samples) and the bootstrap interval of the median."""
-    values = np.asarray(samples, dtype=float)
+def summary(samples: list[float | None] | np.ndarray, confidence: float = CONFIDENCE, seed: int = 0) -> dict[str, Any]:
+    """``median``, ``spread`` (max/min - 1 of the samples) and the bootstrap interval of the median; all ``None``
+    when a sample is missing (``None``: a failed or infeasible measurement) or not finite."""
+    values = np.array([np.inf if v is None else v for v in samples], dtype=float)
     if not len(values) or not np.isfinite(values).all():
         return {"samples": len(values), "median": None, "spread": None, "low": None, "high": None}
     medians = _medians(values, np.random.default_rng(seed))

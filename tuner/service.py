@@ -209,8 +209,8 @@ def benchmark_plan(ctx: Context, plan: str | dict[str, Any] | None = None, modes
            "correct_in_all": all(r.get("correct") for r in reports.values()),
            "best_cycles": {m: r.get("best_cycles", r.get("time_ms")) for m, r in reports.items()}}
     if repeats > 1:
-        idx = ctx.objective.space.encode(resolved)[None]
-        out["repeated"] = {m: noise.summary([float(ctx.objective.evaluate(idx, m).cycles[0]) for _ in range(repeats)]) for m in modes}
+        measured = gate.measure(ctx.objective, resolved, repeats, modes)
+        out["repeated"] = {m: noise.summary(measured[m]["samples"]) for m in modes}
     return out
 
 
@@ -226,8 +226,8 @@ def repeated_evaluation(ctx: Context, candidate: str | dict[str, Any], against: 
     modes = {}
     for m in ctx.objective.modes:
         a, b = cm[m]["samples"], bm[m]["samples"]
-        modes[m] = {"candidate": noise.summary([np.inf if v is None else v for v in a]), "candidate_correct": cm[m]["correct"],
-                    "against": noise.summary([np.inf if v is None else v for v in b]), "against_correct": bm[m]["correct"]}
+        modes[m] = {"candidate": noise.summary(a), "candidate_correct": cm[m]["correct"],
+                    "against": noise.summary(b), "against_correct": bm[m]["correct"]}
         if None not in a and None not in b:
             modes[m]["comparison"] = noise.compare(a, b).as_dict()
     return {"candidate": cand_label, "against": base_label, "repeats": repeats, "modes": modes}
