@@ -95,18 +95,18 @@ class Workspace:
                 raise WorkspaceError(f"{rel} exists; replacing it needs overwrite=true (a backup is kept)")
             if kind == "result" and not _is_result(target):
                 raise WorkspaceError(f"{rel} is not an earlier result file; a result may replace only a result")
-            backup = self.backup(target, backup_name or str(rel).replace("/", "__").removesuffix(".json"))
+            backup = self.backup(target, backup_name or str(rel.with_suffix("")).replace("/", "__"))
         atomic_write(target, text)
         return backup
 
     def backup(self, source: Path, name: str) -> str:
-        """Copy ``source`` to a new file ``.harnessgym/backups/NAME.<UTC stamp>.json``; its workspace-relative path."""
+        """Copy ``source`` to a new file ``.harnessgym/backups/NAME.<UTC stamp><its suffix>``; its workspace-relative path."""
         folder, _ = self._write_target(BACKUP_DIR)
         data = source.read_bytes()
         folder.mkdir(parents=True, exist_ok=True)
         stamp = datetime.now(UTC).strftime("%Y%m%dT%H%M%S%fZ")
         for attempt in range(100):
-            path = folder / f"{name}.{stamp}{f'-{attempt}' if attempt else ''}.json"
+            path = folder / f"{name}.{stamp}{f'-{attempt}' if attempt else ''}{source.suffix}"
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
             except FileExistsError:
