@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path, PurePosixPath
 from typing import Any
@@ -82,6 +82,7 @@ class Context:
     log: Callable[[str], None] | None = None            # a line as each step of the main job ends
     timeout_s: float = 120.0                            # the command objective: seconds one benchmark run may take
     objective_repeats: int = 1                          # the command objective: runs per plan, valued by their median
+    measured: dict[str, dict[str, Any]] = field(default_factory=dict)   # plan hash -> its metrics, measured once per context
 
     @classmethod
     def create(cls, workspace: str | Path = ".", history: str | None = None, objective: str = "builtin",
@@ -178,7 +179,12 @@ def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
 
 
 def _measure(ctx: Context, plan: Plan) -> dict[str, dict[str, Any]]:
-    return gate.measure(ctx.objective, plan)
+    """:func:`tuner.gate.measure` of ``plan``, once per context: a call that looks at the same plan (the current
+    plan, a fixture) several times, as the main job does, runs the objective once for it."""
+    key = ctx.objective.space.hash(plan)
+    if key not in ctx.measured:
+        ctx.measured[key] = gate.measure(ctx.objective, plan)
+    return ctx.measured[key]
 
 
 # --- scoring and inspection -------------------------------------------------------------------
@@ -497,7 +503,7 @@ def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20, rep
     ctx.tensor_plan_only("apply_best_verified")
     dry, repeats = _dry_run(dry_run), _repeats(repeats)
     current = ctx.workspace.current_plan()
-    current_metrics = gate.measure(ctx.objective, current, repeats)       # measured once, not once per seed
+    current_metrics = _measure(ctx, current) if repeats == 1 else gate.measure(ctx.objective, current, repeats)   # once, not per seed
     for seed in _seeds(ctx, limit):
         if seed["plan_hash"] == plan_hash(current):
             continue
