@@ -385,7 +385,8 @@ class History:
         if study_id is not None:                   # one writer per study at a time: contiguous numbers, one sweep record
             name = connection.execute(select(_STUDIES.c.study_name).where(_STUDIES.c.study_id == study_id).with_for_update()).scalar_one()
             if members:
-                start = connection.execute(select(func.count()).select_from(MEMBERS).where(MEMBERS.c.study_name == name)).scalar_one()
+                last = connection.execute(select(func.max(MEMBERS.c.seq)).where(MEMBERS.c.study_name == name)).scalar_one()
+                start = 0 if last is None else last + 1          # the primary key's last entry: no count of the whole study
                 connection.execute(insert(MEMBERS), [{"study_name": name, "seq": start + i, "plan_hash": h, "value": v}
                                                      for i, (h, v) in enumerate(members)])
         if rows:
