@@ -42,12 +42,13 @@ MAX_NOTE = 500                       # characters of a provenance note
 MAX_NAME = 100                       # characters of a fixture, profile or tool name
 MAX_USED = 50                        # tool names record_result may be told
 
-PlanRef = Annotated[StrictStr | dict[str, Any] | None, Field(
-    max_length=MAX_PATH_CHARS,
+Reference = Annotated[StrictStr, Field(max_length=MAX_PATH_CHARS)]          # a fixture name or a file in the workspace
+PlanObject = Annotated[dict[str, Any], Field(max_length=MAX_PLAN_KNOBS)]
+PlanRef = Annotated[Reference | PlanObject | None, Field(
     description="A fixture name (e.g. 'tensor_plan_iteration2_neighborhood_best'), a JSON file inside the workspace, "
                 f"or a plan object; omitted: the workspace's kernel_plan.json (a path up to {MAX_PATH_CHARS} characters, "
                 f"an object up to {MAX_PLAN_KNOBS} knobs)")]
-CandidateRef = Annotated[StrictStr | dict[str, Any], Field(max_length=MAX_PATH_CHARS, description="fixture, file or plan object")]
+CandidateRef = Annotated[Reference | PlanObject, Field(description="fixture, file or plan object")]
 Mode = Annotated[Literal["dev", "final"], Field(description="dev: fast objective; final: held-out authority")]
 DryRun = Annotated[StrictBool, Field(description="true (default): only report what the gate decides; false: write it")]
 TimeBudget = Annotated[float | None, Field(gt=0, le=LIMITS["time_s"], allow_inf_nan=False, strict=True,
@@ -100,9 +101,6 @@ class Server:
             finally:
                 context.close()
 
-        for name, value in kwargs.items():                 # plan objects: bounded before any work
-            if isinstance(value, dict) and len(value) > MAX_PLAN_KNOBS:
-                raise ToolError(f"{name} has {len(value)} keys; a plan object has at most {MAX_PLAN_KNOBS}")
         try:
             return await anyio.to_thread.run_sync(work, abandon_on_cancel=True)
         except ToolError:
