@@ -4,7 +4,8 @@ Optuna's own schema holds a study per search run and its trials, so optuna-dashb
 (a long run's trials are thinned to what a person looks at). Plain tables sit beside it:
 ``tuner_evaluations``, the evaluation cache keyed by objective, mode and plan hash;
 ``tuner_members``, every evaluation each study saw, in order (resume and the summaries read it);
-and ``tuner_sweeps``, the progress of each search (for resuming). Every write
+``tuner_sweeps``, the progress of each search (for resuming); ``tuner_workers`` and ``tuner_claims``,
+the processes working on a study and the work each holds (:mod:`tuner.claims`). Every write
 is one transaction (``BEGIN IMMEDIATE`` on SQLite), so a kill at any moment leaves the last
 committed batch intact and several processes can share one file.
 """
@@ -65,6 +66,26 @@ MEMBERS = Table(
     Column("seq", Integer, primary_key=True),
     Column("plan_hash", String(16), nullable=False),
     Column("value", Float, nullable=True),              # the trial value: None where infeasible or incorrect
+)
+WORKERS = Table(
+    "tuner_workers", _META,                             # processes working on a study now (see tuner.claims)
+    Column("worker", String(128), primary_key=True),    # host:pid:nonce
+    Column("study_name", String(512), nullable=False),
+    Column("slot", Integer, nullable=False),            # the worker's ordinal among the study's live workers (its seed stream)
+    Column("host", String(128), nullable=False),
+    Column("local", String(128), nullable=False),       # boot and pid namespace: where a pid can be checked directly
+    Column("pid", Integer, nullable=False),
+    Column("heartbeat", Float, nullable=False),         # the database's clock, seconds since the epoch
+)
+CLAIMS = Table(
+    "tuner_claims", _META,                              # every unit of a study's work, claimed once (see tuner.claims)
+    Column("study_name", String(512), primary_key=True),
+    Column("item", String(32), primary_key=True),       # plan:HASH, or range:START (zero-padded) of an exhaustive profile
+    Column("size", Integer, nullable=False),            # evaluations it counts against the study's budget
+    Column("worker", String(128), nullable=False),
+    Column("state", String(8), nullable=False),         # claimed | done
+    Column("plan", Text, nullable=True),                # plan items: the index vector (JSON), so another worker can redo it
+    Column("result", Text, nullable=True),              # range items, when done: its best plans (JSON)
 )
 _STUDIES, _TRIALS = models.StudyModel.__table__, models.TrialModel.__table__          # Optuna's own tables, read directly
 _VALUES, _ATTRS = models.TrialValueModel.__table__, models.TrialUserAttributeModel.__table__
@@ -136,6 +157,16 @@ def _retry(action: Callable[[], T], errors: tuple[type[Exception], ...], attempt
         except errors:
             time.sleep(pause_s * (attempt + 1))
     return action()
+
+
+def put_sweep(connection: Any, sweep: dict[str, Any]) -> None:
+    """Update the sweep record ``sweep["study_name"]`` with the columns ``sweep`` names (``progress`` as an object), or
+    insert it (a new record: no evaluations yet). Its ``evaluations`` are the study's and only claims change them."""
+    record = dict(sweep, updated=_now().isoformat(timespec="seconds"))
+    if "progress" in record:
+        record["progress"] = json.dumps(record["progress"])
+    if not connection.execute(SWEEPS.update().where(SWEEPS.c.study_name == record["study_name"]).values(**record)).rowcount:
+        connection.execute(insert(SWEEPS), [{"state": "running", "evaluations": 0, "progress": "{}", **record}])
 
 
 def _now() -> datetime:
@@ -335,6 +366,16 @@ class History:
         with self.engine.connect() as connection:
             return [(h, v) for h, v in connection.execute(query)]
 
+    def members(self, name: str, objective: str, mode: str, after: int = -1) -> list[tuple[int, Row, float | None]]:
+        """``(seq, row, value)`` of the evaluations study ``name`` saw after member ``after``, in order, with their
+        cached rows of ``objective`` in ``mode`` (one query): how a worker learns what the others scored."""
+        query = (select(MEMBERS.c.seq, MEMBERS.c.value, EVALUATIONS)
+                 .join_from(MEMBERS, EVALUATIONS, and_(EVALUATIONS.c.plan_hash == MEMBERS.c.plan_hash,
+                                                       EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode))
+                 .where(MEMBERS.c.study_name == name, MEMBERS.c.seq > after).order_by(MEMBERS.c.seq))
+        with self.engine.connect() as connection:
+            return [(r.seq, _row(r), r.value) for r in connection.execute(query)]
+
     def study_tops(self, objective: str, per_study: int) -> dict[str, tuple[int, list[str]]]:
         """For every study of ``objective`` (oldest first): its number of scored evaluations and the plan hashes
         of its ``per_study`` best (lowest value, ties by hash). One query with window functions, however many."""
@@ -389,6 +430,10 @@ class History:
                 start = 0 if last is None else last + 1          # the primary key's last entry: no count of the whole study
                 connection.execute(insert(MEMBERS), [{"study_name": name, "seq": start + i, "plan_hash": h, "value": v}
                                                      for i, (h, v) in enumerate(members)])
+                hashes = sorted({f"plan:{h}" for h, _ in members})     # their claims are done, with the results in this transaction
+                for i in range(0, len(hashes), _IN_CHUNK):
+                    connection.execute(CLAIMS.update().where(CLAIMS.c.study_name == name, CLAIMS.c.item.in_(hashes[i:i + _IN_CHUNK]))
+                                       .values(state="done"))
         if rows:
             values = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash, "best_cycles": r.cycles,
                        "correct": int(r.correct), "max_abs": r.max_abs, "plan": json.dumps([int(i) for i in r.idx])}
@@ -398,9 +443,19 @@ class History:
         if trials and study_id is not None and space is not None:
             self._insert_trials(connection, study_id, trials, space)
         if sweep is not None:
-            record = dict(sweep, progress=json.dumps(sweep["progress"]), updated=_now().isoformat(timespec="seconds"))
-            connection.execute(SWEEPS.delete().where(SWEEPS.c.study_name == record["study_name"]))
-            connection.execute(insert(SWEEPS), [record])
+            put_sweep(connection, sweep)
+
+    def study_lock(self, connection: Any, name: str) -> bool:
+        """Lock study ``name``'s row until the transaction ends (PostgreSQL; SQLite's writes are serial anyway);
+        False when the study does not exist."""
+        if self.sqlite:
+            return True
+        return connection.execute(select(_STUDIES.c.study_id).where(_STUDIES.c.study_name == name).with_for_update()).first() is not None
+
+    def now(self, connection: Any) -> float:
+        """The database server's clock in seconds since the epoch: one clock for workers on every host."""
+        query = ("SELECT (julianday('now') - 2440587.5) * 86400.0" if self.sqlite else "SELECT extract(epoch from clock_timestamp())")
+        return float(connection.execute(text(query)).scalar_one())
 
     @staticmethod
     def _insert_trials(connection: Any, study_id: int, trials: list[TrialRecord], space: Space) -> None:

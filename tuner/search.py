@@ -2,8 +2,10 @@
 
 Strategies only propose configurations (index vectors of the objective's space); :class:`Search`
 filters out what is cheaply known infeasible, answers what the history already holds from the
-cache, scores the rest in batches, keeps the budgets, tracks the best correct configuration, shows
-progress and writes history in bulk. Nothing here knows a knob.
+cache, claims the rest (:mod:`tuner.claims`: workers on other processes and hosts share the study
+and its budget, and never score a plan twice), scores them in batches, tracks the best correct
+configuration, learns what the other workers scored, shows progress and writes history in bulk.
+Nothing here knows a knob.
 """
 
 from __future__ import annotations
@@ -11,12 +13,14 @@ from __future__ import annotations
 import sys
 import time
 from collections.abc import Callable
+from contextlib import suppress
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 from tqdm import tqdm
 
+from tuner.claims import Worker
 from tuner.history import History, Row, TrialRecord, rows_of
 from tuner.objectives import Objective
 from tuner.space import Space
@@ -26,6 +30,8 @@ Progress = Callable[[int, int, str], None]
 
 DASHBOARD_TRIALS = 200              # a run's first trials, all kept as Optuna trials; past them, improvements and every 20th
 THIN_EVERY = 20                     # (every evaluation stays in tuner_members: resume and the summaries stay exact)
+SYNC_S = 1.0                        # how often a search reads what the study's other workers scored
+POLL_S = 1.0                        # the longest wait between looks at work other workers are finishing
 
 @dataclass(frozen=True)
 class Spec:
@@ -94,7 +100,9 @@ class Outcome:
 
 
 class Search:
-    """One run of ``spec`` against ``objective``, recorded in ``history``."""
+    """One run of ``spec`` against ``objective``, recorded in ``history``: one worker of the study, which any
+    number of processes running the same search share. ``seed`` is the spec's for the study's first worker
+    and a stream of its own for every other, so workers explore apart. :meth:`finish` or :meth:`close` ends it."""
 
     def __init__(self, history: History, objective: Objective, spec: Spec, progress: Progress | None = None,
                  should_stop: Callable[[], bool] | None = None, flush_every: int = 256, flush_seconds: float = 2.0) -> None:
@@ -107,8 +115,13 @@ class Search:
         self.cache = history.cached(objective.name, spec.mode)
         record = history.sweep(self.name)
         self.progress_state: dict[str, Any] = record["progress"] if record else {}
-        self.evaluations = record["evaluations"] if record else 0
+        self.evaluations = record["evaluations"] if record else 0       # the study's, every worker's, as of the last claim
         self.resumed_from = self.evaluations
+        self.scored = 0                                     # new evaluations this worker made (counted ones)
+        self.worker = Worker(history, self.name, {"strategy": spec.strategy, "objective": objective.name, "mode": spec.mode,
+                                                  "target": spec.target})
+        self.seed = spec.seed if self.worker.slot == 0 else int(np.random.SeedSequence([spec.seed, self.worker.slot]).generate_state(1)[0])
+        self.elsewhere: set[str] = set()                    # plans of the last batch that other workers are scoring
         self.trials_written = 0
         self._thinned = 0                                   # evaluations of this run kept as members only, not as trials
         self.cached_hits = 0
@@ -121,12 +134,8 @@ class Search:
         self.flush_every, self.flush_seconds = flush_every, flush_seconds
         self.best: Candidate | None = None
         self.memo: dict[str, Any] = {}                      # what strategies keep for this run
-        for h, value in history.outcomes(self.name):      # resume: what earlier runs of this search saw
-            if h in self.cache:
-                self.seen[h] = value if value is not None else np.inf
-        if self.seen:
-            value, h = min((v, h) for h, v in self.seen.items())
-            self.best = Candidate(self.cache[h].idx, value, True) if np.isfinite(value) else None
+        self.synced, self._last_sync = -1, time.monotonic()
+        self.sync()                                         # resume: what earlier runs (and other workers) saw
         self._external_progress = progress
         self._should_stop = should_stop
         self._bar = tqdm(total=spec.max_evals, initial=min(self.evaluations, spec.max_evals), desc=spec.strategy,
@@ -142,6 +151,10 @@ class Search:
         """Why the search must stop now, or ``None``."""
         if self.remaining <= 0:
             return "evaluation budget"
+        return self.interrupted()
+
+    def interrupted(self) -> str | None:
+        """The time budget or a cancel, or ``None``: the reasons to stop that do not wait for other workers."""
         if self.spec.time_s is not None and time.monotonic() - self.started >= self.spec.time_s:
             return "time budget"
         if self._should_stop is not None and self._should_stop():
@@ -159,50 +172,70 @@ class Search:
     # --- evaluation -------------------------------------------------------------------------
 
     def evaluate(self, idx: np.ndarray, attrs: dict[str, Any] | None = None, counted: bool = True) -> np.ndarray:
-        """Dev values of proposals (``inf`` for infeasible, incorrect or over budget), in order.
+        """Values of proposals in the search's mode (``inf`` for infeasible, incorrect, over budget or being
+        scored by another worker: those are in ``elsewhere``), in order.
 
-        Infeasible plans are never scored; plans the history holds come from the cache and do
-        not count against the budget; new plans are scored up to the remaining budget (all of
-        them when ``counted`` is false: the strategy accounts for them itself).
+        Infeasible plans are never scored; plans the history holds come from the cache and do not count
+        against the budget; new plans are claimed and scored up to the study's remaining budget (all of them
+        when ``counted`` is false: the strategy accounts for them itself).
         """
         idx = np.asarray(idx, dtype=np.int16).reshape(-1, idx.shape[-1] if np.ndim(idx) > 1 else len(idx))
-        values = np.full(len(idx), np.inf)
         feasible = self.objective.feasible(idx)
         hashes = [self.space.hash_idx(row) if ok else "" for row, ok in zip(idx, feasible, strict=True)]
-        fresh: dict[str, int] = {}                          # plan hash -> first position in this batch
-        for i, (h, ok) in enumerate(zip(hashes, feasible, strict=True)):
-            if not ok:
-                continue
-            if h in self.seen:
-                values[i] = self.seen[h]
-            elif h in self.cache:
+        unseen: dict[str, int] = {}                         # plan hash -> first position in this batch
+        for i, h in enumerate(hashes):
+            if h and h not in self.seen and h not in unseen:
+                unseen[h] = i
+        self.elsewhere = set()
+        if unseen:
+            claimed = self.worker.claim([(f"plan:{h}", int(counted and h not in self.cache), idx[i].tolist()) for h, i in unseen.items()],
+                                        self.spec.max_evals)
+            self.evaluations = self.worker.evaluations
+            self.elsewhere = {item.removeprefix("plan:") for item in claimed.elsewhere}
+            if claimed.done or claimed.elsewhere:
+                self.sync()
+            granted = {item.removeprefix("plan:") for item in claimed.granted}
+            for h in granted & self.cache.keys():
                 row = self.cache[h]
-                values[i] = self._accept(idx[i], h, row.cycles, row.correct, row.max_abs, attrs, cached=True)
-            elif h not in fresh and (not counted or len(fresh) < self.remaining):
-                fresh[h] = i
-        if fresh:
-            todo = list(fresh.values())
-            result = self.objective.evaluate(idx[todo], self.spec.mode)
-            self.evaluations += len(todo) * counted
-            reasons = result.reasons or [None] * len(todo)
-            samples = result.samples or [[]] * len(todo)
-            for i, row, reason, measured in zip(todo, rows_of(result, list(fresh), idx[todo]), reasons, samples, strict=True):
-                self.cache[row.plan_hash] = row
-                self._rows.append(row)
-                extra = {"reason": reason} if reason is not None else {}
-                extra |= {"samples": measured} if measured else {}              # a noisy objective's every measurement
-                values[i] = self._accept(idx[i], row.plan_hash, row.cycles, row.correct, row.max_abs,
-                                         {**(attrs or {}), **extra} if extra else attrs, cached=False)
-            self._bar.update(len(todo) * counted)
-        for i, h in enumerate(hashes):                      # duplicates within this batch
-            if h and np.isinf(values[i]) and h in self.seen:
-                values[i] = self.seen[h]
+                self._accept(row.idx, h, row.cycles, row.correct, row.max_abs, attrs, cached=True)
+            self._score([unseen[h] for h in unseen if h in granted and h not in self.cache], idx, attrs, counted)
+        elif time.monotonic() - self._last_sync >= SYNC_S:
+            self.sync()
+        values = np.array([self.seen.get(h, np.inf) if h else np.inf for h in hashes], dtype=float)
         if time.monotonic() - self._last_flush >= self.flush_seconds or len(self._rows) >= self.flush_every:
             self.flush()
         return values
 
+    def _score(self, todo: list[int], idx: np.ndarray, attrs: dict[str, Any] | None, counted: bool) -> None:
+        """Score the claimed configurations ``idx[todo]`` and accept their results."""
+        if todo:
+            result = self.objective.evaluate(idx[todo], self.spec.mode)
+            self.scored += len(todo) * counted
+            reasons = result.reasons or [None] * len(todo)
+            samples = result.samples or [[]] * len(todo)
+            hashes = [self.space.hash_idx(idx[i]) for i in todo]
+            for i, row, reason, measured in zip(todo, rows_of(result, hashes, idx[todo]), reasons, samples, strict=True):
+                self.cache[row.plan_hash] = row
+                self._rows.append(row)
+                extra = {"reason": reason} if reason is not None else {}
+                extra |= {"samples": measured} if measured else {}              # a noisy objective's every measurement
+                self._accept(idx[i], row.plan_hash, row.cycles, row.correct, row.max_abs,
+                             {**(attrs or {}), **extra} if extra else attrs, cached=False)
+            self._bar.update(len(todo) * counted)
+
+    def sync(self) -> None:
+        """Learn what this study's evaluations are, in order, since the last look: earlier runs' and other workers'."""
+        for seq, row, value in self.history.members(self.name, self.objective.name, self.spec.mode, self.synced):
+            self.synced = seq
+            if row.plan_hash not in self.seen:
+                self.cache[row.plan_hash] = row
+                self.seen[row.plan_hash] = value if value is not None else np.inf
+                if value is not None and (self.best is None or value < self.best.value):
+                    self.best = Candidate(row.idx, value, True)
+        self._last_sync = time.monotonic()
+
     def _accept(self, idx: np.ndarray, h: str, cycles: float | None, correct: bool, max_abs: float | None,
-                attrs: dict[str, Any] | None, cached: bool) -> float:
+                attrs: dict[str, Any] | None, cached: bool) -> None:
         value = cycles if (cycles is not None and correct) else np.inf
         self.seen[h] = value
         self.cached_hits += cached
@@ -219,15 +252,13 @@ class Search:
         if improves:
             self.best = Candidate(idx.copy(), value, True)
             self.report(self.evaluations, self.spec.max_evals, f"best {number(value)}")
-        return value
 
     def flush(self, progress: dict[str, Any] | None = None, state: str = "running") -> None:
         """Write pending evaluations, trials and the resume point in one transaction."""
         if progress is not None:
             self.progress_state = progress
         sweep = {"study_name": self.name, "strategy": self.spec.strategy, "objective": self.objective.name,
-                 "mode": self.spec.mode, "target": self.spec.target, "state": state, "evaluations": self.evaluations,
-                 "progress": self.progress_state}
+                 "mode": self.spec.mode, "target": self.spec.target, "state": state, "progress": self.progress_state}
         self.history.write(self.objective.name, self.spec.mode, self._rows, self.study._study_id, self._trials, sweep, self.space,
                            self._members)
         self.trials_written += len(self._trials)
@@ -235,16 +266,43 @@ class Search:
         self._last_flush = time.monotonic()
 
     def finish(self, top: list[Candidate], stopped: str, progress: dict[str, Any] | None = None) -> Outcome:
-        """Check finalists in the held-out mode if asked, write everything, and describe the run."""
+        """Wait for the study's other workers to finish what they hold (and redo what dead ones held) unless
+        time ran out or the search was cancelled, check finalists in the held-out mode if asked, write
+        everything, and describe the run. ``top`` is recomputed when other workers added to the study; ties rank by plan hash."""
+        if stopped not in ("time budget", "cancelled") and self._drain():
+            top = self.top(max(len(top), 10))
+        top.sort(key=lambda c: (c.value, self.space.hash_idx(c.idx)))      # ties by plan hash: every worker ranks alike
         if self.held_out_mode is not None and top:
             self.check_held_out(top)
             top.sort(key=lambda c: (not c.held_out_correct, c.value))
         done = stopped in ("converged", "exhausted")
         self.flush(progress, state="done" if done else "cancelled" if stopped == "cancelled" else "running")
-        self._bar.close()
-        return Outcome(self.name, self.spec.strategy, self.evaluations, self.evaluations - self.resumed_from, self.trials_written,
-                       self.cached_hits,
+        self.close()
+        return Outcome(self.name, self.spec.strategy, self.evaluations, self.scored, self.trials_written, self.cached_hits,
                        round(time.monotonic() - self.started, 3), stopped, top)
+
+    def _drain(self) -> bool:
+        """Until no plan of the study is claimed and unscored: redo the plans of dead workers, wait for live
+        ones. Whether other workers added to what this one saw."""
+        seen, pause = len(self.seen), 0.05
+        while self.interrupted() is None:
+            self.flush()                                    # this worker's own results first: they are done for the others
+            stale, busy = self.worker.unfinished()
+            if stale:
+                self.evaluate(np.array(stale, dtype=np.int16), {"phase": "redo"})
+            elif not busy:
+                break
+            else:
+                time.sleep(pause)
+                pause = min(2 * pause, POLL_S)
+        self.sync()
+        return len(self.seen) > seen
+
+    def close(self) -> None:
+        """End this worker's part: whatever it still holds is free for the others. Idempotent."""
+        self._bar.close()
+        with suppress(Exception):                           # a history that is gone: its claims go stale on their own
+            self.worker.leave()
 
     def check_held_out(self, candidates: list[Candidate]) -> None:
         """Fill ``held_out``/``held_out_correct`` (cached in history under the held-out mode)."""

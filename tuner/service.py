@@ -301,6 +301,8 @@ def _search(ctx: Context, spec: Spec) -> dict[str, Any]:
     except KeyboardInterrupt:
         search.flush(state="cancelled")             # what was scored is kept; the same command resumes
         raise
+    finally:
+        search.close()                              # the study's other workers take over whatever this one held
     return _outcome(ctx, outcome, spec)
 
 

@@ -97,7 +97,7 @@ def climb(search: Search, start: np.ndarray, phases: tuple[str, ...] = PHASES, p
     """
     current = np.asarray(start, dtype=np.int16)
     value = float(search.evaluate(current[None], {"phase": "start"})[0])
-    rng = np.random.default_rng(search.spec.seed)
+    rng = np.random.default_rng(search.seed)
     while True:
         current, value = _steps(search, current, value, rng, patience)
         for phase in phases:

@@ -66,7 +66,7 @@ class _Tpe:
 
     def __init__(self, search: Search) -> None:
         self.search, self.told = search, set[str]()
-        self.seed = search.spec.seed + search.evaluations
+        self.seed = search.seed + search.evaluations
         self.study, self.size, self.cursor = self._study(), 0, 0
 
     def _study(self) -> optuna.Study:
@@ -96,7 +96,7 @@ class _Tpe:
         if self.size < WINDOW:
             return
         seen = self.search.seen
-        ranked = sorted(self.told, key=lambda h: seen[h])[:WINDOW // 2]
+        ranked = sorted(self.told, key=lambda h: (seen[h], h))[:WINDOW // 2]      # ties by hash: the same window every process
         recent = [h for h in list(seen)[-WINDOW:] if h in self.told]
         keep = list(dict.fromkeys(ranked + recent[-WINDOW // 2:]))
         self.study, self.size = self._study(), 0
@@ -111,7 +111,10 @@ class _Tpe:
         if (h := search.space.hash_idx(idx)) in search.seen:        # scored, not ruled out before scoring
             self.told.add(h)
         self.size += 1
-        self.study.tell(trial, value) if np.isfinite(value) else self.study.tell(trial, state=TrialState.PRUNED)
+        if h in search.elsewhere:                                   # another worker is scoring it: told once it is synced
+            self.study.tell(trial, state=TrialState.FAIL)
+        else:
+            self.study.tell(trial, value) if np.isfinite(value) else self.study.tell(trial, state=TrialState.PRUNED)
         self._bound()
 
 
@@ -161,7 +164,7 @@ def _model_pick(search: Search, rng: np.random.Generator) -> bool:
 
 def run(search: Search) -> Outcome:
     tpe = _Tpe(search)
-    rng = np.random.default_rng(search.spec.seed + 1)
+    rng = np.random.default_rng(search.seed + 1)
     tpe.tell_seen()                                       # resume: TPE remembers what earlier runs scored
     if not tpe.told:
         search.evaluate(_feasible_design(search, np.random.default_rng(search.spec.seed)), {"phase": "design"})
