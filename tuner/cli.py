@@ -14,15 +14,18 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from tuner import service
+from tuner import service, workers
 from tuner.history import HistoryError, HistoryUnavailable
 from tuner.objectives import ObjectiveError
 from tuner.plan import PlanError
 from tuner.space import ProfileError, SpaceError
+from tuner.workers import WorkersError
 from tuner.workspace import LIMITS, MAX_PATH_CHARS, OUTPUT_DIR, RESULT_PATH, WorkspaceError
 
-INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, SpaceError, HistoryUnavailable)
-GLOBAL_OPTIONS = ("workspace", "history", "objective", "space", "timeout_s", "objective_repeats", "json", "command")   # not tool arguments
+INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, SpaceError, HistoryUnavailable, WorkersError)
+MAX_WORKERS = 256
+GLOBAL_OPTIONS = ("workspace", "history", "objective", "space", "timeout_s", "objective_repeats", "json", "command", "workers",
+                  "worker_env")   # not tool arguments
 PLAN_HELP = "a fixture name, a JSON file inside the workspace (default: kernel_plan.json)"
 
 
@@ -89,6 +92,12 @@ def _search_args(p: argparse.ArgumentParser, evals: int | None) -> None:
                    help=f"time budget in seconds, at most {LIMITS['time_s']:,} (default: none)")
     p.add_argument("--include-final", type=_bool, default=True, metavar="true|false",
                    help="check the dev winners in final mode too (default true)")
+    p.add_argument("--workers", type=_positive(int, MAX_WORKERS), default=1, metavar="N",
+                   help=f"worker processes on this machine, at most {MAX_WORKERS}; they share the study through the history, as the "
+                        "same command started on other hosts against the same --history does (default 1)")
+    p.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE",
+                   help="an environment variable for each worker, '{slot}' in VALUE becoming its number from 0, e.g. "
+                        "CUDA_VISIBLE_DEVICES={slot} (repeatable)")
 
 
 def _repeats_arg(p: argparse.ArgumentParser, default: int, least: int = 1) -> None:
@@ -259,15 +268,36 @@ def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
     return "\n".join(lines)
 
 
+def _run_workers(args: argparse.Namespace, argv: list[str]) -> int:
+    """The search of ``argv`` in ``args.workers`` local processes on one study; the input is checked once, here."""
+    try:
+        ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command)
+        mode = ctx.objective.modes[0]
+        ctx.close()
+        result, code = workers.run(argv, args.workers, args.worker_env, mode)
+    except INPUT_ERRORS as exc:
+        print(f"tuner {args.command}: error: {str(exc)[:MAX_PATH_CHARS * 2]}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"\ntuner {args.command}: interrupted; every worker saved its progress: run the same command again to resume",
+              file=sys.stderr)
+        return 130
+    print(json.dumps(result, indent=2) if args.json else "\n".join(readable(result)), flush=True)
+    return code
+
+
 def _refused(command: str, result: dict[str, Any]) -> bool:
     """Whether the tool refused: an invalid plan, or a gate that did not pass."""
     return (command == "validate_plan" and not result.get("valid")) or (command.startswith("apply_") and not result.get("passed"))
 
 
 def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     if args.command == "mcp":
         return args.handler(args)
+    if getattr(args, "workers", 1) > 1:
+        return _run_workers(args, argv)
     function, _, _ = COMMANDS[args.command]
     kwargs = {k: v for k, v in vars(args).items() if k not in GLOBAL_OPTIONS}
     ctx = None

@@ -1,0 +1,74 @@
+"""``--workers N``: one search run by N local worker processes on one study, for example one per GPU.
+
+Each worker is the same command (``python -m tuner ... --workers 1 --json``) with its own environment
+(``--worker-env NAME=VALUE``, where ``{slot}`` becomes the worker's number, 0 to N-1): the workers
+share the study through the history (:mod:`tuner.claims`), exactly as processes started by hand on
+several hosts do. The result sums the workers' new evaluations and merges their best plans.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+from typing import Any
+
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+
+
+class WorkersError(ValueError):
+    """A bad ``--worker-env``."""
+
+
+def slot_environments(count: int, assignments: list[str]) -> list[dict[str, str]]:
+    """The environment of each of ``count`` workers: this one's, with ``NAME=VALUE`` assignments (``{slot}`` in
+    VALUE becomes the worker's number)."""
+    pairs = []
+    for text in assignments:
+        name, sep, value = text.partition("=")
+        if not sep or not ENV_NAME.fullmatch(name):
+            raise WorkersError(f"--worker-env {text[:80]!r} is not NAME=VALUE (NAME: letters, digits and '_', not starting with a digit)")
+        pairs.append((name, value))
+    return [{**os.environ, **{name: value.replace("{slot}", str(slot)) for name, value in pairs}} for slot in range(count)]
+
+
+def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple[dict[str, Any], int]:
+    """Run ``python -m tuner ARGV`` in ``count`` worker processes and wait for all of them (an interrupt reaches
+    them too: each saves its work). The combined result, ranked in ``mode``, and the first failing exit status (else 0)."""
+    environments = slot_environments(count, assignments)
+    command = [sys.executable, "-m", "tuner", *argv, "--workers", "1", "--json"]
+    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True) for env in environments]
+    outputs = []
+    try:
+        for process in processes:
+            outputs.append(process.communicate()[0])
+    except KeyboardInterrupt:
+        for process in processes:
+            process.wait()
+        raise
+    codes = [p.returncode for p in processes]
+    results = []
+    for out in outputs:
+        try:
+            results.append(json.loads(out))
+        except json.JSONDecodeError:
+            results.append(None)
+    return combine(results, codes, mode), next((code for code in codes if code), 0)
+
+
+def combine(results: list[dict[str, Any] | None], codes: list[int], mode: str) -> dict[str, Any]:
+    """One result from the workers' results (``None`` for a worker that printed none): the study's evaluations,
+    the sum of new ones, and the best plans any worker saw (correct in every mode checked first, then ``mode``'s value)."""
+    done = [r for r in results if r is not None]
+    top = {entry["plan_hash"]: entry for r in done for entry in r.get("top", [])}
+    ranked = sorted(top.values(), key=lambda e: (not all(v for k, v in e.items() if k == "correct" or k.endswith("_correct")),
+                                                  e[mode] if e[mode] is not None else float("inf"), e["plan_hash"]))
+    first = done[0] if done else {}
+    return {"study": first.get("study"), "strategy": first.get("strategy"), "workers": len(results),
+            "evaluations": max((r["evaluations"] for r in done), default=0),
+            "new_evaluations": sum(r["new_evaluations"] for r in done),
+            "per_worker": [{"slot": slot, "exit": code, "new_evaluations": r["new_evaluations"] if r else None,
+                            "stopped": r["stopped"] if r else None} for slot, (r, code) in enumerate(zip(results, codes, strict=True))],
+            "best": ranked[0] if ranked else None, "top": ranked[:5]}
