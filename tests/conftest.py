@@ -140,35 +140,15 @@ def toy_cache(tmp_path: Path, records: dict[tuple[int, int], object], name: str 
 
 @pytest.fixture(scope="session")
 def postgres_server():
-    """A throwaway PostgreSQL cluster on 127.0.0.1 and a free port, from the machine's binaries (initdb refuses
-    root, so it runs as the ``postgres`` user then); stopped at the end of the session, whatever happened."""
-    import glob
-    import shutil
-    import socket
-    import subprocess
-    import tempfile
+    """A throwaway PostgreSQL cluster (:mod:`postgres_cluster`), stopped at the end of the session whatever happened;
+    the tests that need it skip, saying why, where the machine has no PostgreSQL binaries."""
+    from postgres_cluster import NoPostgres, cluster
 
-    found = sorted(glob.glob("/usr/lib/postgresql/*/bin/initdb")) or ([shutil.which("initdb")] if shutil.which("initdb") else [])
-    if not found:
-        pytest.skip("no PostgreSQL server binaries (initdb, pg_ctl) on this machine")
-    bin_dir = Path(found[-1]).parent
-    base = Path(tempfile.mkdtemp(prefix="tuner-postgres-"))        # outside pytest's root-only folders: postgres must reach it
-    as_user = ["su", "postgres", "-c"] if os.geteuid() == 0 else ["sh", "-c"]
-    if os.geteuid() == 0:
-        shutil.chown(base, "postgres")
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
-    data = base / "data"
-    subprocess.run([*as_user, f"{bin_dir}/initdb -D {data} -A trust -U postgres"], check=True, capture_output=True, timeout=120)
-    options = f"-c listen_addresses=127.0.0.1 -c port={port} -c max_connections=300 -c unix_socket_directories={base} -c fsync=off"
-    subprocess.run([*as_user, f"{bin_dir}/pg_ctl -D {data} -o '{options}' -l {base}/log -w start"], check=True, capture_output=True,
-                   timeout=120)
     try:
-        yield f"postgresql+psycopg://postgres@127.0.0.1:{port}"
-    finally:
-        subprocess.run([*as_user, f"{bin_dir}/pg_ctl -D {data} -m immediate stop"], capture_output=True, timeout=120)
-        shutil.rmtree(base, ignore_errors=True)
+        with cluster() as server:
+            yield server
+    except NoPostgres as exc:
+        pytest.skip(str(exc))
 
 
 @pytest.fixture()
@@ -176,12 +156,8 @@ def postgres_url(postgres_server):
     """A fresh database on the throwaway server (dropped afterwards)."""
     import uuid
 
-    import psycopg
+    from postgres_cluster import create_database, drop_database
 
     name = f"t_{uuid.uuid4().hex[:12]}"
-    plain = postgres_server.replace("postgresql+psycopg", "postgresql")
-    with psycopg.connect(f"{plain}/postgres", autocommit=True) as connection:
-        connection.execute(f'CREATE DATABASE "{name}"')
-    yield f"{postgres_server}/{name}"
-    with psycopg.connect(f"{plain}/postgres", autocommit=True) as connection:
-        connection.execute(f'DROP DATABASE "{name}" WITH (FORCE)')
+    yield create_database(postgres_server, name)
+    drop_database(postgres_server, name)

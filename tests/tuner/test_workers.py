@@ -1,0 +1,229 @@
+"""Cooperating workers: claims, heartbeats and dead workers, real processes on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import numpy as np
+import pytest
+from conftest import ROOT
+from sqlalchemy import text
+
+from tuner.claims import STALE_S, Worker, audit
+from tuner.history import WORKERS, History, Row
+from tuner.plan import SPACE
+from tuner.workers import WorkersError, combine, slot_environments
+
+PROFILE_SIZE = 1_814_400                                    # iteration3_dev_core
+
+
+def _worker(history: History, study: str = "s") -> Worker:
+    history.study(study)
+    return Worker(history, study, {"strategy": "quick", "objective": "obj", "mode": "dev", "target": "space"})
+
+
+def test_a_plan_is_granted_once_and_the_study_budget_is_shared(tmp_path):
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    a, b = _worker(history), _worker(history)
+    assert {a.slot, b.slot} == {0, 1}                       # each worker its own seed stream
+    assert a.claim([("plan:x", 1, [0]), ("plan:y", 1, [1])], budget=3).granted == ["plan:x", "plan:y"]
+    second = b.claim([("plan:x", 1, [0]), ("plan:z", 1, [2]), ("plan:w", 1, [3])], budget=3)
+    assert second.elsewhere == ["plan:x"] and second.granted == ["plan:z"]      # plan:w is over the study's budget
+    assert b.evaluations == 3 and history.sweep("s")["evaluations"] == 3
+    assert b.claim([("plan:cached", 0, [4])], budget=3).granted == ["plan:cached"]   # a cache hit costs no budget
+    history.write("obj", "dev", [Row("x", 5.0, True, 0.0, np.zeros(len(SPACE.knobs), dtype=np.int16))], history.study("s")._study_id,
+                  members=[("x", 5.0)])
+    assert b.claim([("plan:x", 1, [0])], budget=3).done == ["plan:x"]          # its result and member came in one write
+    a.leave()
+    taken = b.claim([("plan:y", 1, [1])], budget=3)
+    assert taken.granted == ["plan:y"] and b.evaluations == 3                 # a left worker's claim, not counted again
+    b.leave()
+    history.close()
+
+
+def _silent_worker(history: History, name: str, age_s: float) -> None:
+    """A worker on another machine whose last heartbeat was ``age_s`` ago, holding plan:x."""
+    with history.engine.begin() as connection:
+        now = history.now(connection)
+        connection.execute(WORKERS.insert().values(worker=name, study_name="s", slot=5, host="elsewhere", local="another-machine",
+                                                   pid=os.getpid(), heartbeat=now - age_s))
+        connection.execute(text("insert into tuner_claims (study_name, item, size, worker, state, plan) "
+                                "values ('s', 'plan:x', 1, :w, 'claimed', '[0]')"), {"w": name})
+
+
+@pytest.mark.parametrize(("age_s", "free"), [(STALE_S + 5, True), (1.0, False)])
+def test_a_worker_on_another_host_is_dead_only_after_the_heartbeat_timeout(tmp_path, age_s, free):
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    history.study("s")
+    _silent_worker(history, "elsewhere:1:abc", age_s)
+    worker = _worker(history)
+    assert worker.unfinished() == (([[0]], 0) if free else ([], 1))      # a dead worker's plan is there to redo
+    claimed = worker.claim([("plan:x", 1, [0])], budget=10)
+    assert (claimed.granted, claimed.elsewhere) == ((["plan:x"], []) if free else ([], ["plan:x"]))
+    worker.leave()
+
+
+def test_a_killed_worker_on_this_machine_is_dead_at_once(tmp_path):
+    db = tmp_path / "h.db"
+    script = ("import sys; from tuner.history import History; from tuner.claims import Worker\n"
+              f"h = History('sqlite:///{db}'); h.study('s')\n"
+              "w = Worker(h, 's', {'strategy': 'quick', 'objective': 'obj', 'mode': 'dev', 'target': 'space'})\n"
+              "w.claim([('plan:x', 1, [0, 1])], budget=10); print('claimed', flush=True); sys.stdin.read()")
+    child = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    assert child.stdout.readline().strip() == "claimed"
+    history = History(f"sqlite:///{db}")
+    worker = _worker(history)
+    assert worker.claim([("plan:x", 1, [0, 1])], budget=10).elsewhere == ["plan:x"]      # alive: its heartbeat is fresh
+    child.kill()
+    child.wait()
+    assert worker.unfinished() == ([[0, 1]], 0)             # no heartbeat timeout to wait for: its pid is gone
+    assert worker.claim([("plan:x", 1, [0, 1])], budget=10).granted == ["plan:x"]
+    worker.leave()
+
+
+def test_the_heartbeat_keeps_the_worker_alive(tmp_path):
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    history.study("s")
+    worker = Worker(history, "s", {"strategy": "quick", "objective": "obj", "mode": "dev", "target": "space"}, heartbeat_s=0.01)
+
+    def beat() -> float:
+        with history.engine.connect() as connection:
+            return connection.execute(text("select heartbeat from tuner_workers")).scalar_one()
+
+    first, deadline = beat(), time.monotonic() + 60
+    while beat() == first and time.monotonic() < deadline:   # waits on the state: the next beat
+        time.sleep(0.01)
+    assert beat() > first
+    worker.leave()
+    with history.engine.connect() as connection:
+        assert connection.execute(text("select count(*) from tuner_workers")).scalar_one() == 0
+
+
+def test_worker_environments_and_combined_results():
+    envs = slot_environments(3, ["CUDA_VISIBLE_DEVICES={slot}", "TAG=run-{slot}-x"])
+    assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "1", "2"] and envs[2]["TAG"] == "run-2-x"
+    for bad in ("NOVALUE", "1X=2", "A B=1"):
+        with pytest.raises(WorkersError, match="NAME=VALUE"):
+            slot_environments(2, [bad])
+    top = [{"plan_hash": "b", "dev": 5, "correct": True}, {"plan_hash": "a", "dev": 7, "correct": True}]
+    result = combine([{"study": "s", "strategy": "quick", "evaluations": 9, "new_evaluations": 4, "stopped": "x", "top": top},
+                      {"study": "s", "strategy": "quick", "evaluations": 10, "new_evaluations": 6, "stopped": "x",
+                       "top": [{"plan_hash": "c", "dev": 3, "correct": False}, top[1]]}, None], [0, 0, 1], "dev")
+    assert result["evaluations"] == 10 and result["new_evaluations"] == 10
+    assert [e["plan_hash"] for e in result["top"]] == ["b", "a", "c"] and result["per_worker"][2] == {
+        "slot": 2, "exit": 1, "new_evaluations": None, "stopped": None}
+
+
+# --- real processes -------------------------------------------------------------------------------
+
+def _tuner(workspace, history: str, *args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", history, "--json", *args],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+
+
+def _one(history: History, query: str) -> object:
+    with history.engine.connect() as connection:
+        return connection.execute(text(query)).scalar_one()
+
+
+def _rows(history: History, query: str) -> list:
+    with history.engine.connect() as connection:
+        return connection.execute(text(query)).all()
+
+
+def _assert_consistent(history: History, study: str, budget: int, killed: tuple[subprocess.Popen, ...] = ()) -> None:
+    """Every claim done, one member per claim and no plan twice, the budget spent exactly, contiguous trials, and
+    only ``killed`` workers still registered."""
+    report = audit(history, study)
+    assert report["unfinished"] == 0 and report["claimed"] == report["counted"] == budget
+    assert report["plan_claims"] == report["members"] == report["distinct_members"] >= budget
+    assert _one(history, "select count(*) from tuner_evaluations where mode = 'dev'") == budget     # each plan scored once
+    numbers = sorted(t.number for t in history.trials(study))
+    assert numbers == list(range(len(numbers))) and numbers
+    left = {pid for (pid,) in _rows(history, "select pid from tuner_workers")}
+    assert left <= {p.pid for p in killed}                                  # every other worker deregistered
+
+
+def test_workers_option_runs_one_study_in_n_processes(workspace):
+    db = f"sqlite:///{workspace / 'h.db'}"
+    proc = _tuner(workspace, db, "search_plans", "--max-evals", "120", "--seed", "2", "--workers", "3",
+                  "--worker-env", "TUNER_TEST_SLOT={slot}")
+    out, err = proc.communicate(timeout=600)
+    assert proc.returncode == 0, err[-3000:]
+    assert "Traceback" not in err
+    result = json.loads(out)
+    assert result["workers"] == 3 and [w["exit"] for w in result["per_worker"]] == [0, 0, 0]
+    history = History(db)
+    assert result["new_evaluations"] == result["evaluations"] == 120      # the sum of the workers' evaluations: none twice
+    _assert_consistent(history, result["study"], 120)
+    best = _one(history, "select min(d.best_cycles) from tuner_evaluations d join tuner_evaluations f on f.plan_hash = d.plan_hash "
+                         "and f.mode = 'final' and f.correct = 1 where d.mode = 'dev' and d.correct = 1")
+    assert result["best"]["dev"] == best                                    # every worker saw the whole study before it ended
+    history.close()
+
+
+def test_a_bad_worker_env_is_refused_before_any_worker_starts(workspace):
+    proc = _tuner(workspace, f"sqlite:///{workspace / 'h.db'}", "search_plans", "--workers", "2", "--worker-env", "1BAD=x")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and out == "" and "NAME=VALUE" in err and "Traceback" not in err
+
+
+def _kill_claim_holders(history: History, processes: list[subprocess.Popen], count: int, least: int) -> list[subprocess.Popen]:
+    """Once the study has ``least`` claims, ``kill -9`` ``count`` of ``processes`` that hold a claim not yet done."""
+    pids = {p.pid: p for p in processes}
+    deadline = time.monotonic() + 300
+    while time.monotonic() < deadline:
+        try:
+            rows = _rows(history, "select worker, state from tuner_claims")
+        except Exception:                                   # tables not created yet
+            rows = []
+        holders = {int(w.split(":")[1]) for w, state in rows if state == "claimed"} & pids.keys()
+        if len(rows) >= least and len(holders) >= count:
+            victims = [pids[pid] for pid in sorted(holders)[:count]]
+            for victim in victims:
+                victim.send_signal(signal.SIGKILL)
+            return victims
+        time.sleep(0.01)
+    raise AssertionError("the workers never held enough claims at once")
+
+
+def _run_with_kills(history: History, command: list[str], workers: int, kills: int) -> tuple[list[dict], list[subprocess.Popen]]:
+    """``workers`` processes of the same search; ``kills`` of them killed with -9 while they hold claims. The
+    survivors' results and the killed processes."""
+    processes = [_tuner(*command) for _ in range(workers)]
+    killed = _kill_claim_holders(history, processes, kills, least=8 + _one(history, "select count(*) from tuner_claims"))
+    outputs = {p.pid: p.communicate(timeout=600) for p in processes}
+    survivors = [p for p in processes if p not in killed]
+    assert [p.returncode for p in killed] == [-signal.SIGKILL] * kills
+    assert [p.returncode for p in survivors] == [0] * (workers - kills), [outputs[p.pid][1][-2000:] for p in survivors]
+    assert all("Traceback" not in outputs[p.pid][1] for p in survivors)
+    return [json.loads(outputs[p.pid][0]) for p in survivors], killed
+
+
+def _done_by(history: History, processes: list[subprocess.Popen], kind: str) -> int:
+    """Evaluations the ``processes`` recorded before they were killed: the sizes of their done claims of ``kind``."""
+    pids = {p.pid for p in processes}
+    rows = _rows(history, f"select worker, size from tuner_claims where item like '{kind}:%' and state = 'done'")
+    return sum(size for worker, size in rows if int(worker.split(":")[1]) in pids)
+
+
+def test_workers_on_postgres_finish_the_study_of_killed_ones(postgres_url, workspace):
+    history = History(postgres_url)
+    budget = 120
+    results, killed = _run_with_kills(history, [workspace, postgres_url, "search_plans", "--max-evals", str(budget), "--seed", "4"], 6, 2)
+    _assert_consistent(history, results[0]["study"], budget, tuple(killed))
+    assert sum(r["new_evaluations"] for r in results) + _done_by(history, killed, "plan") == budget    # none twice, none lost
+
+    results, killed = _run_with_kills(history, [workspace, postgres_url, "bounded_exhaustive_search", "--profile", "iteration3_dev_core"],
+                                      6, 2)
+    report = audit(history, results[0]["study"])
+    assert report["unfinished"] == 0 and report["range_gaps"] == 0 and report["range_plans"] == PROFILE_SIZE  # the profile, tiled once
+    assert sum(r["new_evaluations"] for r in results) + _done_by(history, killed, "range") == PROFILE_SIZE
+    assert {r["stopped"] for r in results} == {"exhausted"} and len({r["best"]["plan_hash"] for r in results}) == 1
+    assert results[0]["best"]["dev"] == 211691                                              # the profile's known best
+    history.close()
