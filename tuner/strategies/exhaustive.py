@@ -1,8 +1,9 @@
 """``exhaustive``: every plan of a profile, scored in ranges by index.
 
 Workers claim ranges of the profile (:mod:`tuner.claims`): a dead worker's range first, else the
-next one. A range starts at one plan and doubles while scoring it takes under ``RANGE_S``, up to
-``CHUNK``: small for a benchmark that takes seconds per plan, large for the vectorized model. Each
+next one. A worker's first range is one plan; each next one is sized to take ``RANGE_S`` at the rate
+the last one was scored (at most ``GROWTH`` times larger, at most ``CHUNK``): a few plans for a
+benchmark that takes seconds per plan, large ranges for the vectorized model. Each
 range is scored with the objective's fast path and its best ``KEEP`` become its result. A killed
 sweep loses only the ranges it held, and the same command resumes where the history says. When
 every range is done, the best ``KEEP`` of all of them (ties by position in the profile) are the
@@ -19,8 +20,9 @@ import numpy as np
 
 from tuner.search import POLL_S, Candidate, Outcome, Search, number
 
-CHUNK = 1 << 18
-RANGE_S = 1.0
+CHUNK = 1 << 18                     # the most plans one range holds
+RANGE_S = 1.0                       # what one range should take to score
+GROWTH = 64                         # how much larger each range may be than the worker's last
 KEEP = 64
 FINALISTS = 16
 
@@ -54,8 +56,8 @@ def run(search: Search) -> Outcome:
         search.worker.complete_range(start, _score(search, start, stop))
         search.scored += stop - start
         search.report(search.evaluations, total, f"{stop - start:,} plans from {start:,}")
-        if time.monotonic() - began < RANGE_S:
-            size = min(2 * size, CHUNK)
+        rate = (stop - start) / max(time.monotonic() - began, 1e-6)          # plans per second
+        size = int(np.clip(rate * RANGE_S, 1, min(GROWTH * size, CHUNK)))
     best = sorted(search.worker.range_results(), key=lambda b: (b["cycles"], b["at"]))[:KEEP]
     finalists = np.array([b["idx"] for b in best], dtype=np.int16).reshape(-1, len(profile.choices))
     values = search.evaluate(finalists, {"phase": "finalist", "profile": profile.name}, counted=False) if len(finalists) else []
