@@ -190,7 +190,8 @@ class Worker:
         live workers are still scoring."""
         with self.history.engine.connect() as connection:
             rows = connection.execute(select(CLAIMS.c.worker, CLAIMS.c.plan).where(
-                CLAIMS.c.study_name == self.study_name, CLAIMS.c.state == "claimed", CLAIMS.c.item.startswith("plan:"))).all()
+                CLAIMS.c.study_name == self.study_name, CLAIMS.c.state == "claimed", CLAIMS.c.item.startswith("plan:"))
+                .order_by(CLAIMS.c.item)).all()
             live = self._live(connection, [w for w, _ in rows])
         return [json.loads(p) for w, p in rows if w not in live and p is not None], sum(w in live for w, _ in rows)
 
@@ -203,7 +204,8 @@ class Worker:
         with self.history.engine.begin() as connection:
             self.history.study_lock(connection, self.study_name)
             held = connection.execute(select(CLAIMS.c.item, CLAIMS.c.size, CLAIMS.c.worker).where(
-                CLAIMS.c.study_name == self.study_name, CLAIMS.c.item.startswith("range:"), CLAIMS.c.state == "claimed")).all()
+                CLAIMS.c.study_name == self.study_name, CLAIMS.c.item.startswith("range:"), CLAIMS.c.state == "claimed")
+                .order_by(CLAIMS.c.item)).all()
             live = self._live(connection, [w for _, _, w in held])
             self._count(connection)
             for item, n, worker in held:

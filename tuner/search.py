@@ -186,20 +186,20 @@ class Search:
         for i, h in enumerate(hashes):
             if h and h not in self.seen and h not in unseen:
                 unseen[h] = i
-        self.elsewhere = set()
+        self.elsewhere, others = set(), False
         if unseen:
             claimed = self.worker.claim([(f"plan:{h}", int(counted and h not in self.cache), idx[i].tolist()) for h, i in unseen.items()],
                                         self.spec.max_evals)
             self.evaluations = self.worker.evaluations
             self.elsewhere = {item.removeprefix("plan:") for item in claimed.elsewhere}
-            if claimed.done or claimed.elsewhere:
-                self.sync()
+            others = bool(claimed.done or claimed.elsewhere)
             granted = {item.removeprefix("plan:") for item in claimed.granted}
-            for h in granted & self.cache.keys():
-                row = self.cache[h]
-                self._accept(row.idx, h, row.cycles, row.correct, row.max_abs, attrs, cached=True)
+            for h in unseen:                                # in the batch's order: the same members every run
+                if h in granted and h in self.cache:
+                    row = self.cache[h]
+                    self._accept(row.idx, h, row.cycles, row.correct, row.max_abs, attrs, cached=True)
             self._score([unseen[h] for h in unseen if h in granted and h not in self.cache], idx, attrs, counted)
-        elif time.monotonic() - self._last_sync >= SYNC_S:
+        if others or time.monotonic() - self._last_sync >= SYNC_S:
             self.sync()
         values = np.array([self.seen.get(h, np.inf) if h else np.inf for h in hashes], dtype=float)
         if time.monotonic() - self._last_flush >= self.flush_seconds or len(self._rows) >= self.flush_every:

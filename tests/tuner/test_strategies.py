@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import numpy as np
 import pytest
@@ -107,6 +110,25 @@ def test_a_seed_fixes_the_whole_search(tmp_path, strategy, attempt1):
     assert len(first) >= 150
     assert sequence("b", seed=3) == first                     # same seed, fresh history: the same trials in order
     assert sequence("c", seed=4) != first
+
+
+def test_a_seed_fixes_the_search_across_processes(tmp_path):
+    """Another process (another string-hash seed) makes the same evaluations in the same order, past TPE's window
+    of 300 trials (where ties in value once came out in set order)."""
+    script = ("import sys; from tuner.history import History; from tuner.objectives.builtin import BuiltinObjective\n"
+              "from tuner.search import Search, Spec; from tuner.strategies import STRATEGIES\n"
+              "h = History(sys.argv[1])\n"
+              "o = STRATEGIES['quick'](Search(h, BuiltinObjective(), Spec('quick', 'dev', max_evals=420, seed=0)))\n"
+              "print([hash_ for hash_, _ in h.outcomes(o.study_name)])")
+
+    def sequence(name: str, hash_seed: str) -> str:
+        env = {**os.environ, "PYTHONHASHSEED": hash_seed}
+        done = subprocess.run([sys.executable, "-c", script, f"sqlite:///{tmp_path / name}.db"], capture_output=True, text=True, env=env,
+                              timeout=300, check=True)
+        return done.stdout
+
+    first = sequence("a", "1")
+    assert len(first) > 420 * 18 and sequence("b", "2") == first
 
 
 def test_tpe_holds_a_bounded_window_of_trials(tmp_path, monkeypatch):
