@@ -27,11 +27,10 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, select
 
-from tuner.history import CLAIMS, MEMBERS, SWEEPS, WORKERS, History, put_sweep
+from tuner.history import CLAIMS, MEMBERS, SWEEPS, WORKERS, History, in_chunks, put_sweep
 
 HEARTBEAT_S = 10.0                  # how often a worker says it is alive
 STALE_S = 60.0                      # a worker silent this long is dead (its claims are free)
-_IN_CHUNK = 500
 
 
 def _local_key() -> str:
@@ -79,7 +78,7 @@ class Worker:
         self.heartbeat_s, self.stale_s = heartbeat_s, stale_s
         self.host, self.local, self.pid = socket.gethostname()[:64], _local_key(), os.getpid()
         self.id = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:8]}"
-        self.evaluations = 0                                # the study's evaluations, as of this worker's last claim
+        self.evaluations = 0                                # the study's evaluations, as of this worker's join or last claim
         self.slot = self._join()
         self._stop = threading.Event()
         self._beat = threading.Thread(target=self._heartbeat, name=f"heartbeat {self.id}", daemon=True)
@@ -94,8 +93,8 @@ class Worker:
             return set()
         now = self.history.now(connection)
         live = set()
-        for i in range(0, len(wanted), _IN_CHUNK):
-            for row in connection.execute(select(WORKERS).where(WORKERS.c.worker.in_(wanted[i:i + _IN_CHUNK]))):
+        for condition in in_chunks(WORKERS.c.worker, wanted):
+            for row in connection.execute(select(WORKERS).where(condition)):
                 fresh = row.heartbeat >= now - self.stale_s
                 if fresh and (row.local != self.local or row.worker == self.id or _pid_alive(row.pid)):
                     live.add(row.worker)
@@ -114,6 +113,7 @@ class Worker:
                 connection.execute(WORKERS.delete().where(WORKERS.c.worker.in_(dead)))
             connection.execute(WORKERS.insert().values(worker=self.id, study_name=self.study_name, slot=slot, host=self.host,
                                                        local=self.local, pid=self.pid, heartbeat=self.history.now(connection)))
+            self._count(connection)
         return slot
 
     def _heartbeat(self) -> None:
@@ -154,9 +154,9 @@ class Worker:
             self.history.study_lock(connection, self.study_name)
             names = sorted({item for item, _, _ in items})
             existing = {}
-            for i in range(0, len(names), _IN_CHUNK):
-                query = select(CLAIMS).where(CLAIMS.c.study_name == self.study_name, CLAIMS.c.item.in_(names[i:i + _IN_CHUNK]))
-                existing |= {row.item: row for row in connection.execute(query)}
+            for condition in in_chunks(CLAIMS.c.item, names):
+                existing |= {row.item: row for row in connection.execute(select(CLAIMS).where(CLAIMS.c.study_name == self.study_name,
+                                                                                               condition))}
             live = self._live(connection, [r.worker for r in existing.values() if r.state != "done"])
             self._count(connection)
             added, new, taken, asked = 0, [], [], set()
@@ -179,9 +179,8 @@ class Worker:
                     out.granted.append(item)
             if new:
                 connection.execute(CLAIMS.insert(), new)
-            for i in range(0, len(taken), _IN_CHUNK):
-                connection.execute(CLAIMS.update().where(CLAIMS.c.study_name == self.study_name, CLAIMS.c.item.in_(taken[i:i + _IN_CHUNK]))
-                                   .values(worker=self.id))
+            for condition in in_chunks(CLAIMS.c.item, taken):
+                connection.execute(CLAIMS.update().where(CLAIMS.c.study_name == self.study_name, condition).values(worker=self.id))
             self._add(connection, added)
         return out
 

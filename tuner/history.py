@@ -159,6 +159,12 @@ def _retry(action: Callable[[], T], errors: tuple[type[Exception], ...], attempt
     return action()
 
 
+def in_chunks(column: Any, values: list[str]) -> Iterator[Any]:
+    """``column IN (...)`` conditions covering ``values``, ``_IN_CHUNK`` at a time (the drivers' parameter limits)."""
+    for i in range(0, len(values), _IN_CHUNK):
+        yield column.in_(values[i:i + _IN_CHUNK])
+
+
 def put_sweep(connection: Any, sweep: dict[str, Any]) -> None:
     """Update the sweep record ``sweep["study_name"]`` with the columns ``sweep`` names (``progress`` as an object), or
     insert it (a new record: no evaluations yet). Its ``evaluations`` are the study's and only claims change them."""
@@ -296,8 +302,7 @@ class History:
         if hashes is None:
             queries = [query]
         else:
-            wanted = sorted(set(hashes))
-            queries = [query.where(EVALUATIONS.c.plan_hash.in_(wanted[i:i + _IN_CHUNK])) for i in range(0, len(wanted), _IN_CHUNK)]
+            queries = [query.where(condition) for condition in in_chunks(EVALUATIONS.c.plan_hash, sorted(set(hashes)))]
         rows: dict[str, Row] = {}
         with self.engine.connect() as connection:
             for q in queries:
@@ -431,9 +436,8 @@ class History:
                 connection.execute(insert(MEMBERS), [{"study_name": name, "seq": start + i, "plan_hash": h, "value": v}
                                                      for i, (h, v) in enumerate(members)])
                 hashes = sorted({f"plan:{h}" for h, _ in members})     # their claims are done, with the results in this transaction
-                for i in range(0, len(hashes), _IN_CHUNK):
-                    connection.execute(CLAIMS.update().where(CLAIMS.c.study_name == name, CLAIMS.c.item.in_(hashes[i:i + _IN_CHUNK]))
-                                       .values(state="done"))
+                for condition in in_chunks(CLAIMS.c.item, hashes):
+                    connection.execute(CLAIMS.update().where(CLAIMS.c.study_name == name, condition).values(state="done"))
         if rows:
             values = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash, "best_cycles": r.cycles,
                        "correct": int(r.correct), "max_abs": r.max_abs, "plan": json.dumps([int(i) for i in r.idx])}

@@ -115,11 +115,10 @@ class Search:
         self.cache = history.cached(objective.name, spec.mode)
         record = history.sweep(self.name)
         self.progress_state: dict[str, Any] = record["progress"] if record else {}
-        self.evaluations = record["evaluations"] if record else 0       # the study's, every worker's, as of the last claim
-        self.resumed_from = self.evaluations
         self.scored = 0                                     # new evaluations this worker made (counted ones)
         self.worker = Worker(history, self.name, {"strategy": spec.strategy, "objective": objective.name, "mode": spec.mode,
                                                   "target": spec.target})
+        self.resumed_from = self.evaluations
         self.seed = spec.seed if self.worker.slot == 0 else int(np.random.SeedSequence([spec.seed, self.worker.slot]).generate_state(1)[0])
         self.elsewhere: set[str] = set()                    # plans of the last batch that other workers are scoring
         self.trials_written = 0
@@ -142,6 +141,11 @@ class Search:
                          unit="eval", disable=not sys.stderr.isatty(), leave=False, file=sys.stderr)
 
     # --- budgets ----------------------------------------------------------------------------
+
+    @property
+    def evaluations(self) -> int:
+        """The study's evaluations, every worker's, as of this worker's last claim."""
+        return self.worker.evaluations
 
     @property
     def remaining(self) -> int:
@@ -190,7 +194,6 @@ class Search:
         if unseen:
             claimed = self.worker.claim([(f"plan:{h}", int(counted and h not in self.cache), idx[i].tolist()) for h, i in unseen.items()],
                                         self.spec.max_evals)
-            self.evaluations = self.worker.evaluations
             self.elsewhere = {item.removeprefix("plan:") for item in claimed.elsewhere}
             others = bool(claimed.done or claimed.elsewhere)
             granted = {item.removeprefix("plan:") for item in claimed.granted}

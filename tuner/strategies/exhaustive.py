@@ -44,7 +44,6 @@ def run(search: Search) -> Outcome:
     size, pause, stopped = 1, 0.05, None
     while (stopped := search.interrupted()) is None:
         claimed = search.worker.claim_range(total, size)
-        search.evaluations = search.worker.evaluations
         if claimed is None:                                     # every range is done
             break
         if claimed is False:                                    # the last ranges are with live workers
