@@ -111,11 +111,9 @@ def quality(seeds: int, budget: int, target: float) -> None:
     for seed in range(seeds):
         search = Search(_history(), BuiltinObjective(), Spec(strategy="quick", mode="dev", max_evals=budget, seed=seed))
         start = time.perf_counter()
-        trials += STRATEGIES["quick"](search).trials
+        trials += STRATEGIES["quick"](search).new_evaluations
         seconds += time.perf_counter() - start
-        order = [t for t in search.history.trials(search.name)]
-        values = [t.value if t.value is not None else np.inf for t in order if not t.user_attrs.get("cached")]
-        rows["quick"].append(_curve(values, budget))
+        rows["quick"].append(_curve(list(search.seen.values()), budget))     # every evaluation, in order (trials are thinned)
         rows["default TPE (categorical)"].append(_curve(_baseline(optuna.samplers.TPESampler(seed=seed), budget, True), budget))
         rows["RandomSampler"].append(_curve(_baseline(optuna.samplers.RandomSampler(seed=seed), budget, False), budget))
     print(f"3. best-so-far median over {seeds} seeds (target {int(target)}; within 1% = <= {int(target * 1.01)}):")
@@ -135,7 +133,7 @@ def checkpoint_reach() -> None:
     search = Search(_history(), objective, Spec(strategy="checkpoint", mode="dev", max_evals=300,
                                                 start=tuple(int(v) for v in _fixture("tensor_plan_attempt1_best"))))
     STRATEGIES["checkpoint"](search)
-    values = [t.value if t.value is not None else np.inf for t in search.history.trials(search.name)]
+    values = list(search.seen.values())
     reached = next((i + 1 for i, v in enumerate(np.minimum.accumulate(values)) if v <= reference), None)
     print(f"4. checkpoint from attempt-1: matches iteration-2 ({int(reference)}) after {reached} evaluations; "
           f"best after 300: {int(min(values))}")
@@ -149,7 +147,7 @@ def growth(seeds: int = 1) -> None:
         for seed in range(seeds):
             search = Search(_history(), BuiltinObjective(), Spec(strategy="quick", mode="dev", max_evals=budget, seed=100 + seed))
             start = time.perf_counter()
-            trials += STRATEGIES["quick"](search).trials
+            trials += STRATEGIES["quick"](search).new_evaluations
             seconds += time.perf_counter() - start
         figures[budget] = seconds / trials * 1e3
     print(f"5. quick ms/trial over {seeds} seeds: {figures[500]:.1f} at 500 evaluations, {figures[5000]:.1f} at 5,000 "
