@@ -142,7 +142,17 @@ def test_tpe_holds_a_bounded_window_of_trials(tmp_path, monkeypatch):
         original(self)
         held.append(len(self.study.trials))
 
+    studies = quick._Tpe._study
+
+    def count(self):
+        rebuilds.append(getattr(self, "size", 0))
+        return studies(self)
+
+    rebuilds: list[int] = []
     monkeypatch.setattr(quick._Tpe, "_bound", watch)
+    monkeypatch.setattr(quick._Tpe, "_study", count)
     outcome, _ = _run(tmp_path, Spec(strategy="quick", mode="dev", max_evals=300, seed=5))
     assert outcome.evaluations == 300
     assert max(held) < 60 + 30 and min(held[len(held) // 2:]) <= 60     # rebuilt from a window, never the whole history
+    assert len(rebuilds) > 2 and all(size >= 60 for size in rebuilds[1:])
+    assert len(rebuilds) - 1 <= 300 // 30                                 # each rebuild frees half the window: no rebuild per ask

@@ -12,7 +12,8 @@ the joint moves of learned pairs and repaired moves, with a patience, without it
 Everything the climbs score is told to TPE too, and exploration resumes until the budget is spent.
 
 TPE's cost per proposal grows with the trials it holds, so it holds a window: past ``WINDOW``
-trials its study is rebuilt from the best and the most recent half-window each.
+trials its study is rebuilt from the best and the most recent quarter-window each, so rebuilds
+come at most once per half-window of trials told.
 """
 
 from __future__ import annotations
@@ -96,10 +97,10 @@ class _Tpe:
         if self.size < WINDOW:
             return
         seen = self.search.seen
-        ranked = sorted(self.told, key=lambda h: (seen[h], h))[:WINDOW // 2]      # ties by hash: the same window every process
+        ranked = sorted(self.told, key=lambda h: (seen[h], h))[:WINDOW // 4]      # ties by hash: the same window every process
         recent = [h for h in list(seen)[-WINDOW:] if h in self.told]
-        keep = list(dict.fromkeys(ranked + recent[-WINDOW // 2:]))
-        self.study, self.size = self._study(), 0
+        keep = list(dict.fromkeys(ranked + recent[-WINDOW // 4:]))          # at most half the window: a rebuild's cost
+        self.study, self.size = self._study(), 0                            # is spread over half a window of asks
         self._add(self.study, keep)
 
     def propose(self) -> None:
