@@ -151,8 +151,8 @@ def test_tpe_holds_a_bounded_window_of_trials(tmp_path, monkeypatch):
     rebuilds: list[int] = []
     monkeypatch.setattr(quick._Tpe, "_bound", watch)
     monkeypatch.setattr(quick._Tpe, "_study", count)
-    outcome, _ = _run(tmp_path, Spec(strategy="quick", mode="dev", max_evals=300, seed=5))
-    assert outcome.evaluations == 300
+    outcome, _ = _run(tmp_path, Spec(strategy="quick", mode="dev", max_evals=600, seed=5))
+    assert outcome.evaluations == 600
     assert max(held) < 60 + 30 and min(held[len(held) // 2:]) <= 60     # rebuilt from a window, never the whole history
     assert len(rebuilds) > 2 and all(size >= 60 for size in rebuilds[1:])
-    assert len(rebuilds) - 1 <= 300 // 30                                 # each rebuild frees half the window: no rebuild per ask
+    assert len(rebuilds) - 1 <= 600 // 30          # each rebuild frees half the window (rebuilt on nearly every ask before: 113)
