@@ -9,7 +9,7 @@ from tuner.objectives.builtin import BuiltinObjective
 from tuner.plan import KNOBS, SPACE, encode
 from tuner.search import Search, Spec
 from tuner.space import space_from_t1
-from tuner.strategies.checkpoint import climb
+from tuner.strategies.checkpoint import LIKELY_TO_FAIL, climb
 from tuner.strategies.interactions import learn
 from tuner.strategies.neighbourhood import coupled, repairs, singles
 
@@ -102,6 +102,17 @@ def test_a_pair_that_pays_only_together_is_learned_from_evaluations():
     assert model.predict(best[None])[0] < model.predict(near[None])[0]
     assert model.failure(idx[idx[:, 5] == 0]).min() > model.failure(idx[idx[:, 5] > 0]).max()
     assert learn(toy, idx[:10], values[:10]).pairs == ()             # too little to learn anything
+
+
+def test_a_limit_across_two_knobs_is_learned_even_when_most_configurations_fail():
+    toy = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": f"k{j}", "Values": [1, 2, 4, 8, 16]} for j in range(5)]}})
+    rng = np.random.default_rng(0)
+    idx, fresh = (rng.integers(0, 5, (n, 5)).astype(np.int16) for n in (200, 2000))
+    values = np.where(idx[:, 0] + idx[:, 1] > 3, np.inf, np.exp(0.1 * idx[:, 2]))   # k0 * k1 > 8 fails (a launch limit)
+    chance, fails = learn(toy, idx, values).failure(fresh), fresh[:, 0] + fresh[:, 1] > 3
+    assert fails.mean() > 0.55                                       # most of the space fails
+    assert (chance[fails] > LIKELY_TO_FAIL).mean() > 0.9             # and the model says so
+    assert (chance[~fails] > LIKELY_TO_FAIL).mean() < 0.2            # without writing off what works
 
 
 def test_steps_escape_a_trap_that_needs_a_joint_move_once_the_pair_is_learned(tmp_path):

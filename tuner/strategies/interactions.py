@@ -4,8 +4,10 @@ A small additive model with pairwise corrections, fitted to the search's own eva
 the value, feasible and correct ones only): main effects by backfitting with shrinkage, then for
 every pair of knobs the share of the residual its joint cells explain beyond what noise would
 (the expected gain of a cell under no interaction is subtracted). The strongest pairs keep their
-cell means, so the model predicts joint moves that pay only together. No knob is named anywhere:
-the joint moves the climb takes and the knobs its grid spans come from here.
+cell means, so the model predicts joint moves that pay only together. Failures (infeasible or
+incorrect evaluations) get a model of their own, a logistic regression over the knobs' values. No
+knob is named anywhere: the joint moves the climb takes, the knobs its grid spans and the moves
+deemed likely to fail come from here.
 """
 
 from __future__ import annotations
@@ -24,6 +26,8 @@ MIN_ROWS_PER_KNOB = 2       # fewer feasible evaluations than this per varying k
 MAX_ROWS = 4000             # the most recent evaluations the model is fitted to
 ROUNDS = 3                  # backfitting rounds
 KEPT_PAIRS = 8              # strongest pairs whose cell means the model keeps for predictions
+FAILURE_PRIOR = 1.0         # precision of the Gaussian prior on the failure model's weights
+NEWTON_STEPS = 25           # at most, fitting the failure model
 REFIT_GROWTH = 1.2          # refit once the evaluations have grown by this factor
 
 
@@ -37,7 +41,7 @@ class Learned:
     pairs: tuple[tuple[int, int], ...]
     effects: list[np.ndarray] = field(default_factory=list)
     cells: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
-    failures: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
+    failures: Failures | None = None
 
     def top_knobs(self, space: Space, count: int, ordinal_only: bool = True) -> tuple[int, ...]:
         """The ``count`` knobs with the largest main effects (space order when nothing is learned)."""
@@ -46,13 +50,8 @@ class Learned:
         return tuple(sorted(ranked[:count]))
 
     def failure(self, idx: np.ndarray) -> np.ndarray:
-        """Predicted chance that each configuration fails (is infeasible or incorrect): the highest
-        failure rate among the pair cells it falls in (shrunk to the overall rate); 0 when none failed."""
-        idx = np.asarray(idx, dtype=np.intp)
-        out = np.zeros(len(idx))
-        for (a, b), rates in self.failures.items():
-            out = np.maximum(out, rates[idx[:, a], idx[:, b]])
-        return out
+        """Predicted chance that each configuration fails (is infeasible or incorrect); 0 when none failed."""
+        return np.zeros(len(idx)) if self.failures is None else self.failures(idx)
 
     def predict(self, idx: np.ndarray) -> np.ndarray:
         """Predicted log-value (relative) of configurations ``idx``; zeros when nothing is learned."""
@@ -102,16 +101,51 @@ def _pair_cells(space: Space, idx: np.ndarray) -> Iterator[tuple[int, int, np.nd
             yield a, b, idx[:, a] * space.sizes[b] + idx[:, b], int(space.sizes[a] * space.sizes[b])
 
 
-def _failures(space: Space, idx: np.ndarray, failed: np.ndarray) -> dict[tuple[int, int], np.ndarray]:
-    """Per pair of knobs, the failure rate of each joint cell, shrunk to the overall rate (empty when nothing failed)."""
+@dataclass(frozen=True)
+class Failures:
+    """Logistic regression of failure on each knob's value (one indicator per value) and, for ordinal
+    knobs, its position (0 to 1): the log-odds of failing are additive over the knobs, so a limit
+    such as "this tile needs at least that many warps" shows as a slope along both knobs."""
+
+    space: Space
+    weights: np.ndarray
+
+    def __call__(self, idx: np.ndarray) -> np.ndarray:
+        return _chance(_features(self.space, idx), self.weights)
+
+
+def _chance(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-np.clip(features @ weights, -30, 30)))
+
+
+def _features(space: Space, idx: np.ndarray) -> np.ndarray:
+    idx = np.asarray(idx, dtype=np.intp)
+    columns = [np.ones((len(idx), 1))]
+    for j, size in enumerate(space.sizes):
+        if size > 1:
+            columns.append(np.eye(int(size))[idx[:, j]])
+            if space.ordinal[j]:
+                columns.append((idx[:, j] / (size - 1))[:, None])
+    return np.concatenate(columns, axis=1)
+
+
+def _failures(space: Space, idx: np.ndarray, failed: np.ndarray) -> Failures | None:
+    """The failure model fitted by Newton's method with a unit Gaussian prior on every weight but the
+    intercept (``None`` when nothing or everything failed)."""
     if not failed.any() or failed.all():
-        return {}
-    prior = failed.mean()
-    out = {}
-    for a, b, cells, n_cells in _pair_cells(space, idx.astype(np.intp)):
-        fails, counts = np.bincount(cells, failed, minlength=n_cells), np.bincount(cells, minlength=n_cells)
-        out[(a, b)] = ((fails + SHRINK * prior) / (counts + SHRINK)).reshape(space.sizes[a], space.sizes[b])
-    return out
+        return None
+    X, y = _features(space, idx), failed.astype(float)
+    prior = np.r_[0.0, np.full(X.shape[1] - 1, FAILURE_PRIOR)]
+    w = np.zeros(X.shape[1])
+    for _ in range(NEWTON_STEPS):
+        p = _chance(X, w)
+        gradient = X.T @ (p - y) + prior * w
+        hessian = X.T @ (X * (p * (1 - p))[:, None]) + np.diag(prior + 1e-9)
+        step = np.linalg.solve(hessian, gradient)
+        w -= step
+        if np.abs(step).max() < 1e-6:
+            break
+    return Failures(space, w)
 
 
 def learned(search: Search) -> Learned:
