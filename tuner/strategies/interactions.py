@@ -105,28 +105,33 @@ def _pair_cells(space: Space, idx: np.ndarray) -> Iterator[tuple[int, int, np.nd
 class Failures:
     """Logistic regression of failure on each knob's value (one indicator per value) and, for ordinal
     knobs, its position (0 to 1): the log-odds of failing are additive over the knobs, so a limit
-    such as "this tile needs at least that many warps" shows as a slope along both knobs."""
+    such as "this tile needs at least that many warps" shows as a slope along both knobs.
+    ``logits[j][v]``: what value ``v`` of knob ``j`` adds to the log-odds."""
 
-    space: Space
-    weights: np.ndarray
+    intercept: float
+    logits: list[np.ndarray]
 
     def __call__(self, idx: np.ndarray) -> np.ndarray:
-        return _chance(_features(self.space, idx), self.weights)
+        idx = np.asarray(idx, dtype=np.intp)
+        odds = np.full(len(idx), self.intercept)
+        for j, logit in enumerate(self.logits):
+            odds += logit[idx[:, j]]
+        return _chance(odds)
 
 
-def _chance(features: np.ndarray, weights: np.ndarray) -> np.ndarray:
-    return 1 / (1 + np.exp(-np.clip(features @ weights, -30, 30)))
+def _chance(log_odds: np.ndarray) -> np.ndarray:
+    return 1 / (1 + np.exp(-np.clip(log_odds, -30, 30)))
 
 
-def _features(space: Space, idx: np.ndarray) -> np.ndarray:
-    idx = np.asarray(idx, dtype=np.intp)
-    columns = [np.ones((len(idx), 1))]
-    for j, size in enumerate(space.sizes):
-        if size > 1:
-            columns.append(np.eye(int(size))[idx[:, j]])
-            if space.ordinal[j]:
-                columns.append((idx[:, j] / (size - 1))[:, None])
-    return np.concatenate(columns, axis=1)
+def _encodings(space: Space) -> list[np.ndarray]:
+    """Per knob, the feature rows of its values: one indicator per value, then the position of an
+    ordinal value (no columns for a knob with one value)."""
+    out = []
+    for size, ordinal in zip(space.sizes, space.ordinal, strict=True):
+        size = int(size)
+        rows = np.eye(size) if size > 1 else np.empty((1, 0))
+        out.append(np.c_[rows, np.arange(size) / (size - 1)] if size > 1 and ordinal else rows)
+    return out
 
 
 def _failures(space: Space, idx: np.ndarray, failed: np.ndarray) -> Failures | None:
@@ -134,18 +139,21 @@ def _failures(space: Space, idx: np.ndarray, failed: np.ndarray) -> Failures | N
     intercept (``None`` when nothing or everything failed)."""
     if not failed.any() or failed.all():
         return None
-    X, y = _features(space, idx), failed.astype(float)
+    encodings, idx = _encodings(space), np.asarray(idx, dtype=np.intp)
+    X = np.concatenate([np.ones((len(idx), 1))] + [e[idx[:, j]] for j, e in enumerate(encodings)], axis=1)
+    y = failed.astype(float)
     prior = np.r_[0.0, np.full(X.shape[1] - 1, FAILURE_PRIOR)]
     w = np.zeros(X.shape[1])
     for _ in range(NEWTON_STEPS):
-        p = _chance(X, w)
+        p = _chance(X @ w)
         gradient = X.T @ (p - y) + prior * w
         hessian = X.T @ (X * (p * (1 - p))[:, None]) + np.diag(prior + 1e-9)
         step = np.linalg.solve(hessian, gradient)
         w -= step
         if np.abs(step).max() < 1e-6:
             break
-    return Failures(space, w)
+    ends = np.cumsum([1] + [e.shape[1] for e in encodings])
+    return Failures(float(w[0]), [e @ w[a:b] for e, a, b in zip(encodings, ends[:-1], ends[1:], strict=True)])
 
 
 def learned(search: Search) -> Learned:
