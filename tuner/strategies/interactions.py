@@ -56,9 +56,7 @@ class Learned:
     def predict(self, idx: np.ndarray) -> np.ndarray:
         """Predicted log-value (relative) of configurations ``idx``; zeros when nothing is learned."""
         idx = np.asarray(idx, dtype=np.intp)
-        out = np.zeros(len(idx))
-        for j, effect in enumerate(self.effects):
-            out += effect[idx[:, j]]
+        out = _summed(self.effects, idx)
         for (a, b), means in self.cells.items():
             out += means[idx[:, a], idx[:, b]]
         return out
@@ -112,11 +110,16 @@ class Failures:
     logits: list[np.ndarray]
 
     def __call__(self, idx: np.ndarray) -> np.ndarray:
-        idx = np.asarray(idx, dtype=np.intp)
-        odds = np.full(len(idx), self.intercept)
-        for j, logit in enumerate(self.logits):
-            odds += logit[idx[:, j]]
-        return _chance(odds)
+        return _chance(_summed(self.logits, idx, self.intercept))
+
+
+def _summed(tables: list[np.ndarray], idx: np.ndarray, start: float = 0.0) -> np.ndarray:
+    """Per configuration, ``start`` plus each knob's table entry for its value (knob order)."""
+    idx = np.asarray(idx, dtype=np.intp)
+    out = np.full(len(idx), start)
+    for j, table in enumerate(tables):
+        out += table[idx[:, j]]
+    return out
 
 
 def _chance(log_odds: np.ndarray) -> np.ndarray:
@@ -135,8 +138,8 @@ def _encodings(space: Space) -> list[np.ndarray]:
 
 
 def _failures(space: Space, idx: np.ndarray, failed: np.ndarray) -> Failures | None:
-    """The failure model fitted by Newton's method with a unit Gaussian prior on every weight but the
-    intercept (``None`` when nothing or everything failed)."""
+    """The failure model fitted by Newton's method with a Gaussian prior (precision ``FAILURE_PRIOR``)
+    on every weight but the intercept (``None`` when nothing or everything failed)."""
     if not failed.any() or failed.all():
         return None
     encodings, idx = _encodings(space), np.asarray(idx, dtype=np.intp)
