@@ -10,6 +10,8 @@
    categorical) and RandomSampler at the same budget; the target is the best plan of both profiles.
 4. evaluations ``checkpoint`` needs from attempt-1 to match iteration-2 on dev.
 5. growth of quick's cost: ms/trial at 500 and at 5,000 evaluations (durable history), and the ratio.
+6. ms per TPE ask with a full window of trials: Optuna's TPESampler (independent: the algorithm it implements)
+   beside ``tuner.strategies.parzen.Parzen``, told the same trials.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import optuna
+from optuna.trial import TrialState
 
 from tuner.history import History
 from tuner.objectives.builtin import BuiltinObjective
@@ -28,6 +31,7 @@ from tuner.plan import KNOBS, PROFILE_DIR, SPACE, encode
 from tuner.search import Search, Spec
 from tuner.space import load_profile
 from tuner.strategies import STRATEGIES
+from tuner.strategies.parzen import Parzen
 from tuner.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -154,14 +158,40 @@ def growth(seeds: int = 1) -> None:
           f"(ratio {figures[5000] / figures[500]:.2f})")
 
 
+def ask_cost(trials: int = 300, asks: int = 50) -> None:
+    """ms per ask of Optuna's independent TPE and of ``Parzen``, each told the same ``trials`` random plans."""
+    rng = np.random.default_rng(0)
+    idx = np.stack([rng.integers(0, s, trials) for s in SPACE.sizes], axis=1).astype(np.int16)
+    values = BuiltinObjective().cycles(idx, "dev")
+    study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0, multivariate=False))
+    sampler = Parzen(SPACE, 0)
+    for row, value in zip(idx, values, strict=True):
+        finite = bool(np.isfinite(value))
+        study.add_trial(optuna.trial.create_trial(params=SPACE.to_params(row), distributions=SPACE.distributions,
+                                                  state=TrialState.COMPLETE if finite else TrialState.PRUNED,
+                                                  value=float(value) if finite else None))
+        sampler.tell(row, value)
+    start = time.perf_counter()
+    for _ in range(asks):
+        study.ask(SPACE.distributions)
+    theirs = (time.perf_counter() - start) / asks * 1e3
+    start = time.perf_counter()
+    for _ in range(asks):
+        sampler.ask()
+    ours = (time.perf_counter() - start) / asks * 1e3
+    print(f"6. ms per TPE ask with {trials} trials held ({len(SPACE.knobs)} knobs): Optuna's TPESampler {theirs:.1f}, "
+          f"Parzen {ours:.2f} ({theirs / ours:.0f}x)")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--budget", type=int, default=500)
-    parser.add_argument("--only-growth", action="store_true", help="measure only figure 5")
+    parser.add_argument("--only-growth", action="store_true", help="measure only the cost figures 5 and 6")
     args = parser.parse_args()
     if args.only_growth:
         growth()
+        ask_cost()
         return
     core = exhaustive()
     relaxed = STRATEGIES["exhaustive"](Search(_history(), BuiltinObjective(), Spec(
@@ -170,6 +200,7 @@ def main() -> None:
     checkpoint_reach()
     quality(args.seeds, args.budget, min(core, relaxed))
     growth()
+    ask_cost()
 
 
 if __name__ == "__main__":
