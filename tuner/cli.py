@@ -145,7 +145,7 @@ COMMANDS: dict[str, Command] = {
         _search_args(p, None)), "score every plan of a profile (resumable)"),
     "search_plans": (service.search_plans, lambda p: (
         p.add_argument("--strategy", default="quick", metavar="quick|focused",
-                       help="quick: seeded TPE with the learned model's picks and local polish; focused: a sweep around the "
+                       help="quick: seeded TPE and local polish of the best basins; focused: a sweep around the "
                             "best plan of the history (default quick)"),
         _seed_arg(p), _search_args(p, 500)), "broad search over the whole space"),
     "apply_candidate": (service.apply_candidate, lambda p: (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import subprocess
@@ -14,6 +15,7 @@ from tuner import service
 from tuner.history import History
 from tuner.objectives import Evaluations
 from tuner.objectives.builtin import BuiltinObjective
+from tuner.objectives.cache import CacheObjective
 from tuner.plan import SPACE, encode
 from tuner.search import Search, Spec
 from tuner.space import load_profile
@@ -136,14 +138,14 @@ def test_tpe_holds_a_bounded_window_of_trials(tmp_path, monkeypatch):
 
     monkeypatch.setattr(quick, "WINDOW", 60)
     held: list[int] = []
-    rebuilt_at: list[int] = []                     # trials held when the study was rebuilt
+    rebuilt_at: list[int] = []                     # trials held when the window was cut
     original = quick._Tpe._bound
 
     def watch(self):
-        study, size = self.study, self.size
+        size = len(self.parzen)
         original(self)
-        held.append(len(self.study.trials))
-        if self.study is not study:
+        held.append(len(self.parzen))
+        if held[-1] < size:
             rebuilt_at.append(size)
 
     monkeypatch.setattr(quick._Tpe, "_bound", watch)
@@ -152,3 +154,19 @@ def test_tpe_holds_a_bounded_window_of_trials(tmp_path, monkeypatch):
     assert max(held) < 60 + 30 and min(held[len(held) // 2:]) <= 60     # rebuilt from a window, never the whole history
     assert len(rebuilt_at) > 1 and min(rebuilt_at) >= 60
     assert len(rebuilt_at) <= 600 // 30            # each rebuild frees half the window (rebuilt on nearly every ask before: 113)
+
+
+def test_quick_spends_its_budget_where_tpe_would_propose_one_configuration_for_ever(tmp_path):
+    """On knobs with few values TPE's choice is nearly deterministic: once its good density is copies of the best
+    configuration it proposes only that one, which costs no evaluation. The search must still spend its budget."""
+    values = [0, 1, 2]
+    names = [f"k{i}" for i in range(6)]
+    cache = {",".join(map(str, combo)): {**dict(zip(names, combo, strict=True)), "time": 1.0 + sum(abs(v - 1) for v in combo)}
+             for combo in itertools.product(values, repeat=len(names))}
+    path = tmp_path / "small.json"
+    path.write_text(json.dumps({"kernel_name": "small", "tune_params_keys": names, "tune_params": dict.fromkeys(names, values),
+                                "cache": cache}))
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
+                    Spec(strategy="quick", mode="time", max_evals=250, seed=0))
+    outcome = STRATEGIES["quick"](search)
+    assert outcome.evaluations == 250 and outcome.best.value == 1.0

@@ -1,19 +1,19 @@
-"""``quick``: Optuna TPE over the whole space (seeded), the learned model's picks, and local polish.
+"""``quick``: TPE over the whole space (seeded) and local polish.
 
-TPE explores (univariate, Optuna's defaults otherwise; ordinal knobs as integer indices so it sees
-their order; nominal knobs categorical; infeasible or incorrect configurations are told as pruned).
-Its first trials are a space-filling design: every value of every knob appears about equally often.
-Every other exploration step is the learned model's pick instead (:mod:`.interactions`: main
-effects and interacting pairs of the search's own evaluations): the unseen candidate it predicts
-best among those not likely to fail. After each exploration share, up to ``STARTS`` of the best
-configurations that lie apart from one another (distinct basins) are polished by the steps of
-:func:`tuner.strategies.checkpoint.climb` (model-ordered first-improvement moves through singles,
-the joint moves of learned pairs and repaired moves, with a patience, without its wider phases).
-Everything the climbs score is told to TPE too, and exploration resumes until the budget is spent.
+TPE (:mod:`.parzen`, Optuna's independent TPE with its defaults, computed exactly per knob; ordinal
+knobs as indices so it sees their order, nominal knobs categorical; infeasible or incorrect
+configurations told as failed) explores. Its first trials are a space-filling design: every value of
+every knob appears about equally often. A proposal the search had already scored costs no evaluation
+and is told again. After each exploration share, up to ``STARTS`` of the best configurations that lie
+apart from one another (distinct basins) are polished by the steps of
+:func:`tuner.strategies.checkpoint.climb` (first-improvement moves through singles, the joint moves of
+learned pairs and repaired moves, ordered by the model the search learns from its own evaluations
+(:mod:`.interactions`), with a patience, without its wider phases). Everything the climbs score is
+told to TPE too, and exploration resumes until the budget is spent.
 
 TPE's cost per proposal grows with the trials it holds, so it holds a window: past ``WINDOW``
-trials its study is rebuilt from the best and the most recent quarter-window each, so rebuilds
-come at most once per half-window of trials told.
+trials it keeps the best and the most recent quarter-window each (distinct configurations), so this
+comes at most once per half-window of trials told.
 """
 
 from __future__ import annotations
@@ -21,27 +21,17 @@ from __future__ import annotations
 from itertools import islice
 
 import numpy as np
-import optuna
-from optuna.samplers import TPESampler
-from optuna.trial import TrialState, create_trial
 
 from tuner.search import Outcome, Search
-from tuner.space import WHOLE_SPACE, Profile, Space
-from tuner.strategies.checkpoint import LIKELY_TO_FAIL, climb
-from tuner.strategies.interactions import learned
-from tuner.strategies.neighbourhood import singles
+from tuner.space import Space
+from tuner.strategies.checkpoint import climb
+from tuner.strategies.parzen import STARTUP_TRIALS, Parzen, gamma
 
 FIRST_EXPLORATION = 0.25           # share of the budget TPE explores before the first polish
 LATER_EXPLORATION = 0.1            # share between later polishes
-STARTUP_TRIALS = 20                # the space-filling design, before TPE's model
-EI_CANDIDATES = 24                 # Optuna's default
-MULTIVARIATE = False               # joint Parzen estimators did worse on the measured caches (perf/real_caches.py)
 PATIENCE = 2                       # a polish ends after this many non-improving neighbours per varying knob
 STARTS = 3                         # basins polished after each exploration share
 WINDOW = 300                       # trials TPE holds at most (its cost per ask grows with them)
-POOL_LIMIT = 200_000               # spaces up to this size are listed whole for the model's pick
-POOL_SAMPLE = 20_000               # random candidates for the model's pick in larger spaces
-PICK_TRIES = 1000                  # best-predicted candidates checked for one the search has not seen
 DESIGN_TRIES = 50                  # redraws of a design row that the cheap feasibility check rules out
 
 
@@ -63,60 +53,49 @@ def _feasible_design(search: Search, rng: np.random.Generator) -> np.ndarray:
 
 
 class _Tpe:
-    """A seeded TPE study told every evaluation of the search, holding at most ``WINDOW`` trials."""
+    """A seeded TPE (:class:`.parzen.Parzen`) told every evaluation of the search, holding at most ``WINDOW`` trials."""
 
     def __init__(self, search: Search) -> None:
-        self.search, self.told = search, set[str]()
-        self.seed = search.seed + search.evaluations
-        self.study, self.size, self.cursor = self._study(), 0, 0
-
-    def _study(self) -> optuna.Study:
-        sampler = TPESampler(seed=self.seed, multivariate=MULTIVARIATE, n_startup_trials=STARTUP_TRIALS, n_ei_candidates=EI_CANDIDATES)
-        self.seed += 1
-        return optuna.create_study(direction="minimize", sampler=sampler)
-
-    def _add(self, study: optuna.Study, hashes: list[str]) -> None:
-        space = self.search.space
-        self.size += len(hashes)
-        for h in hashes:
-            value = self.search.seen[h]
-            finite = bool(np.isfinite(value))
-            study.add_trial(create_trial(params=space.to_params(self.search.cache[h].idx), distributions=space.distributions,
-                                         state=TrialState.COMPLETE if finite else TrialState.PRUNED,
-                                         value=value if finite else None))
+        self.search, self.told, self.cursor, self.stalled = search, set[str](), 0, 0
+        self.parzen = Parzen(search.space, search.seed + search.evaluations)
 
     def tell_seen(self) -> None:
         """Tell TPE what the search scored that it has not been told (climbs, earlier runs)."""
         new = [h for h in islice(self.search.seen, self.cursor, None) if h not in self.told]
         self.cursor = len(self.search.seen)
         self.told.update(new)
-        self._add(self.study, new)
+        self._add(new)
         self._bound()
 
+    def _add(self, hashes: list[str]) -> None:
+        for h in hashes:
+            self.parzen.tell(self.search.cache[h].idx, self.search.seen[h])
+
     def _bound(self) -> None:
-        if self.size < WINDOW:
+        if len(self.parzen) < WINDOW:
             return
         seen = self.search.seen
         ranked = sorted(self.told, key=lambda h: (seen[h], h))[:WINDOW // 4]      # ties by hash: the same window every process
         recent = [h for h in list(seen)[-WINDOW:] if h in self.told]
-        keep = list(dict.fromkeys(ranked + recent[-WINDOW // 4:]))          # at most half the window: a rebuild's cost
-        self.study, self.size = self._study(), 0                            # is spread over half a window of asks
-        self._add(self.study, keep)
+        self.parzen.forget()                                                # keeps at most half the window: a cut's
+        self._add(list(dict.fromkeys(ranked + recent[-WINDOW // 4:])))     # cost is spread over half a window of asks
 
     def propose(self) -> None:
-        """Ask TPE for one configuration, score it and tell the result."""
+        """Ask TPE for one configuration, score it and tell the result, even when the search had scored it
+        before: a repeated proposal weighs its configuration once more, which sharpens TPE around it.
+
+        On knobs with few values TPE's choice is nearly deterministic, so once its good density is copies
+        of one configuration it proposes that one for ever: after as many proposals in a row without a new
+        evaluation as that density holds, proposals are uniform at random (TPE's prior) until one is new."""
         search = self.search
-        trial = self.study.ask(search.space.distributions)
-        idx = search.space.from_params(trial.params)
+        idx, evaluations = self.parzen.ask(at_random=self.stalled >= gamma(WINDOW)), search.evaluations
         value = float(search.evaluate(idx[None], {"phase": "tpe"})[0])
+        self.stalled = 0 if search.evaluations > evaluations else self.stalled + 1
         if (h := search.space.hash_idx(idx)) in search.seen:        # scored, not ruled out before scoring
             self.told.add(h)
-        self.size += 1
-        if h in search.elsewhere:                                   # another worker is scoring it: told once it is synced
-            self.study.tell(trial, state=TrialState.FAIL)
-        else:
-            self.study.tell(trial, value) if np.isfinite(value) else self.study.tell(trial, state=TrialState.PRUNED)
-        self._bound()
+        if h not in search.elsewhere:                               # another worker is scoring it: told once it is synced
+            self.parzen.tell(idx, value)
+            self._bound()
 
 
 def _starts(search: Search, polished: set[str]) -> list[np.ndarray]:
@@ -133,39 +112,8 @@ def _starts(search: Search, polished: set[str]) -> list[np.ndarray]:
     return chosen
 
 
-def _pool(search: Search, rng: np.random.Generator) -> np.ndarray:
-    """Candidates for the model's pick: the whole space where it is small enough to list, else a random
-    sample, with the singles of the best configurations; what cheap feasibility rules out is dropped."""
-    space = search.space
-    if space.size <= POOL_LIMIT:
-        if "pool" not in search.memo:
-            every = Profile(WHOLE_SPACE, "", tuple(tuple(range(int(s))) for s in space.sizes)).plans(0, space.size)
-            search.memo["pool"] = every[search.objective.feasible(every)]
-        return search.memo["pool"]
-    sample = np.stack([rng.integers(0, int(s), POOL_SAMPLE) for s in space.sizes], axis=1).astype(np.int16)
-    best = [c.idx for c in search.top(3)]
-    rows = np.concatenate([sample, *(singles(space, b) for b in best)])
-    return rows[search.objective.feasible(rows)]
-
-
-def _model_pick(search: Search, rng: np.random.Generator) -> bool:
-    """Score the unseen candidate the learned model predicts best (and not likely to fail); False if none."""
-    model = learned(search)
-    if not model.effects:
-        return False
-    pool = _pool(search, rng)
-    predicted = model.predict(pool)
-    predicted[model.failure(pool) > LIKELY_TO_FAIL] = np.inf
-    for i in np.argsort(predicted, kind="stable")[:PICK_TRIES]:
-        if np.isfinite(predicted[i]) and search.space.hash_idx(pool[i]) not in search.seen:
-            search.evaluate(pool[i][None], {"phase": "model"})
-            return True
-    return False
-
-
 def run(search: Search) -> Outcome:
     tpe = _Tpe(search)
-    rng = np.random.default_rng(search.seed + 1)
     tpe.tell_seen()                                       # resume: TPE remembers what earlier runs scored
     if not tpe.told:
         search.evaluate(_feasible_design(search, np.random.default_rng(search.spec.seed)), {"phase": "design"})
@@ -185,8 +133,7 @@ def run(search: Search) -> Outcome:
                     break
             mark = search.evaluations + max(int(budget * LATER_EXPLORATION), 1)
         else:
-            if not (proposals % 2 and _model_pick(search, rng)):
-                tpe.propose()
+            tpe.propose()
             tpe.tell_seen()
             proposals += 1
         stopped = search.stop_reason()
