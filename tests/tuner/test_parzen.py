@@ -14,15 +14,15 @@ from tuner.strategies.parzen import Parzen, densities, gamma, weights
 
 
 @st.composite
-def observations(draw: st.DrawFn) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-    """Trials x knobs of indices, the knobs' sizes and which are ordinal."""
+def observations(draw: st.DrawFn, most: int = 25) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Up to ``most`` trials x knobs of indices, the knobs' sizes and which are ordinal."""
     sizes = np.array(draw(st.lists(st.integers(1, 40), min_size=1, max_size=4)))
-    n = draw(st.integers(0, 25))          # equal weights: which duplicate gets which bandwidth cannot matter
+    n = draw(st.integers(0, most))
     obs = np.array([[draw(st.integers(0, s - 1)) for s in sizes] for _ in range(n)], dtype=np.int16).reshape(n, len(sizes))
     return obs, sizes, np.array(draw(st.lists(st.booleans(), min_size=len(sizes), max_size=len(sizes))))
 
 
-@given(observations())
+@given(observations())               # up to 25 trials: equal weights, so which duplicate gets which bandwidth cannot matter
 def test_each_knobs_density_is_optunas_parzen_estimator(case):
     """Optuna's own estimator (the reference), knob by knob: a probability per value, equal to ours up to the erf
     approximation."""
@@ -82,3 +82,18 @@ def test_values_never_seen_keep_a_chance():
     assert (densities(np.full((30, 1), 11), np.array([16]), np.array([True])) > 0).all()
     seen = {tuple(sampler.ask()) for _ in range(400)}
     assert len(seen) > 1                                       # the prior kernel keeps exploring
+
+
+@given(observations(most=80), st.integers(0, 2**32 - 1), st.booleans())
+def test_every_ask_is_a_configuration_of_the_space_and_the_seed_fixes_it(case, seed, at_random):
+    obs, sizes, ordinal = case
+    knobs = tuple(Knob(f"k{j}", tuple(range(size)), "ordinal" if is_ordinal else "nominal", 0)
+                  for j, (size, is_ordinal) in enumerate(zip(sizes, ordinal, strict=True)))
+    asks = []
+    for _ in range(2):
+        sampler = Parzen(Space("drawn", knobs), seed)
+        for i, row in enumerate(obs):
+            sampler.tell(row, np.inf if i % 3 == 0 else float(i % 7))       # failures among the trials
+        asks.append(sampler.ask(at_random=at_random))
+    assert asks[0].dtype == np.int16 and asks[0].shape == (len(sizes),)
+    assert ((asks[0] >= 0) & (asks[0] < sizes)).all() and (asks[0] == asks[1]).all()
