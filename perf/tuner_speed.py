@@ -23,7 +23,7 @@ from pathlib import Path
 
 import numpy as np
 import optuna
-from optuna.trial import TrialState
+from optuna.trial import TrialState, create_trial
 
 from tuner.history import History
 from tuner.objectives.builtin import BuiltinObjective
@@ -167,9 +167,9 @@ def ask_cost(trials: int = 300, asks: int = 50) -> None:
     sampler = Parzen(SPACE, 0)
     for row, value in zip(idx, values, strict=True):
         finite = bool(np.isfinite(value))
-        study.add_trial(optuna.trial.create_trial(params=SPACE.to_params(row), distributions=SPACE.distributions,
-                                                  state=TrialState.COMPLETE if finite else TrialState.PRUNED,
-                                                  value=float(value) if finite else None))
+        study.add_trial(create_trial(params=SPACE.to_params(row), distributions=SPACE.distributions,
+                                     state=TrialState.COMPLETE if finite else TrialState.PRUNED,
+                                     value=float(value) if finite else None))
         sampler.tell(row, value)
     start = time.perf_counter()
     for _ in range(asks):

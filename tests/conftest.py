@@ -127,12 +127,16 @@ def declared_write(tool: str, path: str, arguments: dict[str, Any]) -> bool:
             or (bool(kinds - {"history"}) and path.startswith(BACKUP_DIR + "/")))
 
 
-def toy_cache(tmp_path: Path, records: dict[tuple[int, int], object], name: str = "toy.json.gz") -> Path:
-    """A Kernel Tuner cache of a 3 x 2 space (bx, tile) with ``records`` (time in ms, or an error marker)."""
+def toy_cache(tmp_path: Path, records: dict[tuple[Any, ...], object], name: str = "toy.json.gz",
+              tune_params: dict[str, list[Any]] | None = None) -> Path:
+    """A Kernel Tuner cache with ``records`` (a configuration, values in knob order -> time in ms, or an error
+    marker) over ``tune_params`` (default: a 3 x 2 space, bx and tile)."""
     import gzip
 
-    data = {"kernel_name": "toy", "tune_params_keys": ["bx", "tile"], "tune_params": {"bx": [32, 64, 128], "tile": [1, 2]},
-            "cache": {f"{bx},{tile}": {"bx": bx, "tile": tile, "time": t} for (bx, tile), t in records.items()}}
+    tune_params = tune_params or {"bx": [32, 64, 128], "tile": [1, 2]}
+    names = list(tune_params)
+    data = {"kernel_name": "toy", "tune_params_keys": names, "tune_params": tune_params,
+            "cache": {",".join(map(str, combo)): {**dict(zip(names, combo, strict=True)), "time": t} for combo, t in records.items()}}
     path = tmp_path / name
     path.write_bytes(gzip.compress(json.dumps(data).encode()) if name.endswith(".gz") else json.dumps(data).encode())
     return path

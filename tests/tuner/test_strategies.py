@@ -10,6 +10,7 @@ import sys
 
 import numpy as np
 import pytest
+from conftest import toy_cache
 
 from tuner import service
 from tuner.history import History
@@ -159,13 +160,9 @@ def test_tpe_holds_a_bounded_window_of_trials(tmp_path, monkeypatch):
 def test_quick_spends_its_budget_where_tpe_would_propose_one_configuration_for_ever(tmp_path):
     """On knobs with few values TPE's choice is nearly deterministic: once its good density is copies of the best
     configuration it proposes only that one, which costs no evaluation. The search must still spend its budget."""
-    values = [0, 1, 2]
-    names = [f"k{i}" for i in range(6)]
-    cache = {",".join(map(str, combo)): {**dict(zip(names, combo, strict=True)), "time": 1.0 + sum(abs(v - 1) for v in combo)}
-             for combo in itertools.product(values, repeat=len(names))}
-    path = tmp_path / "small.json"
-    path.write_text(json.dumps({"kernel_name": "small", "tune_params_keys": names, "tune_params": dict.fromkeys(names, values),
-                                "cache": cache}))
+    knobs = {f"k{i}": [0, 1, 2] for i in range(6)}
+    records = {combo: 1.0 + sum(abs(v - 1) for v in combo) for combo in itertools.product(*knobs.values())}
+    path = toy_cache(tmp_path, records, "small.json", knobs)
     search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
                     Spec(strategy="quick", mode="time", max_evals=250, seed=0))
     outcome = STRATEGIES["quick"](search)
