@@ -21,6 +21,7 @@ from tuner.plan import SPACE, encode
 from tuner.search import Search, Spec
 from tuner.space import load_profile
 from tuner.strategies import STRATEGIES
+from tuner.strategies.checkpoint import climb
 
 
 class Spy(BuiltinObjective):
@@ -167,3 +168,16 @@ def test_quick_spends_its_budget_where_tpe_would_propose_one_configuration_for_e
                     Spec(strategy="quick", mode="time", max_evals=250, seed=0))
     outcome = STRATEGIES["quick"](search)
     assert outcome.evaluations == 250 and outcome.best.value == 1.0
+
+
+@pytest.mark.parametrize("patience", [1, 2])
+def test_a_polish_patience_counts_only_neighbours_not_scored_before(tmp_path, patience):
+    """Neighbours the search already scored cost nothing and tell nothing, so they do not use up the patience:
+    from an optimum whose neighbours are scored but for two, a polish scores exactly ``patience`` new ones."""
+    knobs = {"k": list(range(10))}
+    path = toy_cache(tmp_path, {(v,): 1.0 + v for v in range(10)}, "line.json", knobs)
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
+                    Spec(strategy="quick", mode="time", max_evals=100, seed=0))
+    search.evaluate(np.arange(8, dtype=np.int16)[:, None])                 # the optimum and its nearest neighbours
+    assert climb(search, np.zeros(1, dtype=np.int16), phases=(), patience=patience) == "converged"
+    assert search.evaluations == 8 + patience

@@ -58,12 +58,13 @@ def _round_robin(center: np.ndarray, moves: np.ndarray, predicted: np.ndarray) -
 
 def _steps(search: Search, current: np.ndarray, value: float, rng: np.random.Generator,
            patience: int | None) -> tuple[np.ndarray, float]:
-    """First-improvement steps through the step neighbourhood until none improves, ``patience`` neighbours
+    """First-improvement steps through the step neighbourhood until none improves, ``patience`` new neighbours
     in a row fail to (``None``: the whole neighbourhood), or a budget ends."""
     while search.stop_reason() is None:
         candidates = step_neighbours(search, current, rng)
-        if patience is not None:
-            candidates = candidates[:patience]
+        if patience is not None:                    # it counts new neighbours: one scored before is worth a try only if better
+            useful = [search.seen.get(search.space.hash_idx(row), -np.inf) < value for row in candidates]
+            candidates = candidates[np.flatnonzero(useful)[:patience]]
         for start in range(0, len(candidates), STEP_BATCH):
             batch = candidates[start:start + STEP_BATCH]
             values = search.evaluate(batch, {"phase": "step"})
@@ -93,7 +94,7 @@ def climb(search: Search, start: np.ndarray, phases: tuple[str, ...] = PHASES, p
     """Move from ``start`` to a local optimum within the budgets; returns why it stopped.
 
     ``phases`` are the wider neighbourhoods tried after the steps (none: a cheaper polish);
-    ``patience`` ends the steps after that many best-ordered neighbours fail to improve in a row.
+    ``patience`` ends the steps after that many best-ordered new neighbours (not scored before) fail to improve.
     """
     current = np.asarray(start, dtype=np.int16)
     value = float(search.evaluate(current[None], {"phase": "start"})[0])

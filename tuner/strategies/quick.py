@@ -29,7 +29,7 @@ from tuner.strategies.parzen import STARTUP_TRIALS, Parzen, gamma
 
 FIRST_EXPLORATION = 0.25           # share of the budget TPE explores before the first polish
 LATER_EXPLORATION = 0.1            # share between later polishes
-PATIENCE = 2                       # a polish ends after this many non-improving neighbours per varying knob
+PATIENCE = 2                       # a polish ends after this many new non-improving neighbours per varying knob
 STARTS = 3                         # basins polished after each exploration share
 WINDOW = 300                       # trials TPE holds at most (its cost per ask grows with them)
 DESIGN_TRIES = 50                  # redraws of a design row that the cheap feasibility check rules out
