@@ -19,7 +19,7 @@ import numpy as np
 
 from tuner.space import Space
 
-STARTUP_TRIALS = 20                # asks before this many trials are uniform at random (Optuna's default is 10)
+STARTUP_TRIALS = 10                # asks before this many trials are uniform at random (Optuna's default)
 EI_CANDIDATES = 24                 # values drawn from the good density per knob (Optuna's default)
 PRIOR_WEIGHT = 1.0                 # weight of the prior kernel in each density (Optuna's default)
 
