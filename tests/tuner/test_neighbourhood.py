@@ -9,7 +9,7 @@ from tuner.objectives.builtin import BuiltinObjective
 from tuner.plan import KNOBS, SPACE, encode
 from tuner.search import Search, Spec
 from tuner.space import space_from_t1
-from tuner.strategies.checkpoint import LIKELY_TO_FAIL, climb
+from tuner.strategies.checkpoint import LIKELY_TO_FAIL, climb, step_neighbours
 from tuner.strategies.interactions import learn
 from tuner.strategies.neighbourhood import coupled, repairs, singles
 
@@ -120,3 +120,14 @@ def test_steps_escape_a_trap_that_needs_a_joint_move_once_the_pair_is_learned(tm
     start = float(_dev(center[None])[0])
     assert _best_single(center) >= start
     assert _climbed(tmp_path, REGIME_TRAP, explored=500) < 0.9 * start
+
+
+def test_the_step_neighbourhood_holds_every_feasible_single_once(tmp_path):
+    """Nearest singles are listed first and again among all singles; each move must still come once, or it
+    takes two of the polish's turns and two places in its patience."""
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), OBJECTIVE, Spec(strategy="checkpoint", mode="dev", max_evals=10, seed=0))
+    center = encode(REGIME_TRAP)
+    moves = step_neighbours(search, center, np.random.default_rng(0))
+    assert len(np.unique(moves, axis=0)) == len(moves)
+    feasible = singles(SPACE, center)
+    assert {row.tobytes() for row in feasible[OBJECTIVE.feasible(feasible)]} <= {row.tobytes() for row in moves}

@@ -37,6 +37,7 @@ def step_neighbours(search: Search, center: np.ndarray, rng: np.random.Generator
     rest = np.concatenate([moves, repairs(space, center, moves, feasible)])
     near, rest = near[feasible(near)], rest[feasible(rest)]
     ordered = np.concatenate([near[rng.permutation(len(near))], rest[rng.permutation(len(rest))]])
+    ordered = ordered[np.sort(np.unique(ordered, axis=0, return_index=True)[1])]     # each move once, where it first comes
     ordered = _round_robin(center, ordered, model.predict(ordered))
     return ordered[np.argsort(model.failure(ordered) > LIKELY_TO_FAIL, kind="stable")]
 
