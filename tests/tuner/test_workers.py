@@ -161,10 +161,10 @@ def test_workers_option_runs_one_study_in_n_processes(workspace):
     history = History(db)
     assert result["new_evaluations"] == result["evaluations"] == 120      # the sum of the workers' evaluations: none twice
     _assert_consistent(history, result["study"], 120)
+    # every worker saw the whole study before it ended: its best finalist, correct in final first (a run may have none)
     best = _rows(history, "select d.best_cycles, f.correct from tuner_evaluations d join tuner_evaluations f on f.plan_hash = d.plan_hash "
                           "and f.mode = 'final' where d.mode = 'dev' and d.correct = 1 order by f.correct desc, d.best_cycles limit 1")
     assert (result["best"]["dev"], result["best"]["final_correct"]) == (best[0][0], bool(best[0][1]))
-    # every worker saw the whole study before it ended: the best finalist, correct in final first (a run may have none)
     history.close()
 
 

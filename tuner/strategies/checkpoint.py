@@ -14,6 +14,8 @@ neighbour improves.
 
 from __future__ import annotations
 
+from itertools import islice
+
 import numpy as np
 
 from tuner.search import Outcome, Search
@@ -64,8 +66,8 @@ def _steps(search: Search, current: np.ndarray, value: float, rng: np.random.Gen
     while search.stop_reason() is None:
         candidates = step_neighbours(search, current, rng)
         if patience is not None:                    # it counts new neighbours: one scored before is worth a try only if better
-            useful = [search.seen.get(search.space.hash_idx(row), -np.inf) < value for row in candidates]
-            candidates = candidates[np.flatnonzero(useful)[:patience]]
+            useful = (i for i, row in enumerate(candidates) if search.seen.get(search.space.hash_idx(row), -np.inf) < value)
+            candidates = candidates[list(islice(useful, patience))]    # hashes only as far as the patience reaches
         for start in range(0, len(candidates), STEP_BATCH):
             batch = candidates[start:start + STEP_BATCH]
             values = search.evaluate(batch, {"phase": "step"})
