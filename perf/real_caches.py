@@ -3,7 +3,9 @@
     python perf/real_caches.py [--caches DIR] [--seeds 20] [--budget 200] [--jobs 2] [--only gemm ...]
 
 For each Kernel Tuner cache in DIR (default: the shared GPU caches beside this checkout), with the
-T1 file of its kernel where one is there (its restrictions are known up front to every method):
+T1 file of its kernel where one is there (its restrictions are known up front to every method; a
+cache shipped without one is run without restrictions, and again with its kernel's T1 file from
+``perf/spaces`` where there is one):
 fraction of optimum (best time in the cache / best time found, 1.0 = the optimum) after 25, 50,
 100 and 200 evaluations, as the median and the 10th percentile over seeds, and the evaluations
 needed to reach 0.95 (median; ">B" when most seeds never do). An evaluation is a configuration
@@ -45,10 +47,15 @@ OPTUNA = ("optuna TPE", "optuna random")
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
-def _t1_for(cache: Path) -> Path | None:
+def _t1_files(cache: Path, spaces: Path) -> list[Path | None]:
+    """The T1 files a cache is run with: the one of its kernel beside it; for a cache shipped without one,
+    none (every configuration the cache lacks is a failed evaluation), then the kernel's file in ``spaces``
+    if there is one (its restrictions known up front)."""
     kernel = cache.name.split("-")[0].removesuffix(".json.gz").removesuffix(".json")
-    t1 = cache.parent / f"{kernel}.t1.json"
-    return t1 if t1.is_file() else None
+    beside, written = cache.parent / f"{kernel}.t1.json", spaces / f"{kernel}.t1.json"
+    if beside.is_file():
+        return [beside]
+    return [None, written] if written.is_file() else [None]
 
 
 def _ours(cache: Path, t1: Path | None, strategy: str, seed: int, budget: int) -> list[float]:
@@ -149,6 +156,8 @@ def _report(name: str, curves: dict[str, list[np.ndarray]], budget: int) -> None
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--caches", type=Path, default=ROOT.parent / "shared" / "data" / "gpu-caches")
+    parser.add_argument("--spaces", type=Path, default=Path(__file__).resolve().parent / "spaces",
+                        help="T1 files for caches shipped without one (default: perf/spaces)")
     parser.add_argument("--seeds", type=int, default=20)
     parser.add_argument("--budget", type=int, default=200)
     parser.add_argument("--jobs", type=int, default=2)
@@ -164,13 +173,13 @@ def main() -> None:
     caches = sorted(p for p in args.caches.glob("*.json*") if not p.name.endswith(".t1.json")
                     and (args.only is None or p.name.startswith(tuple(args.only))))
     with multiprocessing.Pool(args.jobs) as pool:
-        for cache in caches:                                # each cache's table as soon as its runs are done
-            t1 = _t1_for(cache)
+        for cache, t1 in ((c, t1) for c in caches for t1 in _t1_files(c, args.spaces)):   # each table once its runs are done
             jobs = [(cache.name, str(cache), str(t1) if t1 else None, m, s, args.budget) for m in methods for s in range(args.seeds)]
             curves: dict[str, list[np.ndarray]] = {m: [] for m in methods}
             for _, method, fraction in pool.imap_unordered(_run, jobs):
                 curves[method].append(fraction)
-            _report(f"{cache.name}" + (f" (restrictions of {t1.name})" if t1 else " (no T1 file: no restrictions)"), curves, args.budget)
+            known = f"restrictions of {t1.parent.name}/{t1.name}" if t1 else "no T1 file: no restrictions"
+            _report(f"{cache.name} ({known})", curves, args.budget)
 
 
 if __name__ == "__main__":

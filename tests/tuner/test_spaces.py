@@ -137,6 +137,17 @@ def test_the_shipped_gemm_cache_replays_from_the_command_line(tmp_path):
     assert set(best["plan"]) >= {"MWG", "NWG", "VWM"} and 0 < best["time"] < 1000
 
 
+def test_the_gemm_space_file_allows_what_the_rtx_3090_cache_measured():
+    """perf/spaces/gemm.t1.json writes the GEMM kernel's restrictions: of its 82,944 configurations they allow
+    17,956, the number the shipped RTX 3090 cache holds, and the default is one of them."""
+    space = load_space(ROOT / "perf" / "spaces" / "gemm.t1.json")
+    every = np.stack(np.meshgrid(*[np.arange(s) for s in space.sizes], indexing="ij"), -1).reshape(-1, len(space.knobs))
+    assert space.size == 82_944 and int(space.allowed(every).sum()) == 17_956
+    assert space.allowed(space.default()[None])[0]
+    rules_out = space.encode(dict(space.decode(space.default()), MWG=16, VWM=8))     # 16 % (8 * 8) != 0
+    assert not space.allowed(rules_out[None])[0]
+
+
 def test_the_engine_imports_no_tensor_plan_code():
     code = ("import sys, tuner.search, tuner.history, tuner.gate, tuner.space, tuner.strategies, tuner.objectives.cache; "
             "print(sorted(m for m in sys.modules if m.startswith(('tuner.task', 'tuner.plan', 'tuner.objectives.builtin'))))")
