@@ -1,11 +1,11 @@
 """``quick``: TPE over the whole space (seeded) and local polish.
 
-TPE (:mod:`.parzen`, Optuna's independent TPE with its defaults, computed exactly per knob; ordinal
-knobs as indices so it sees their order, nominal knobs categorical; infeasible or incorrect
-configurations told as failed) explores. Its first trials (as many as Optuna's random start, 10) are
-a space-filling design: each knob's values spread evenly over them. A proposal the search had already
-scored costs no evaluation and is told again. After each exploration share, up to ``STARTS`` of the
-best configurations that lie apart from one another (distinct basins) are polished by the steps of
+TPE (:mod:`.parzen`, Optuna's default multivariate TPE with every knob categorical; infeasible or
+incorrect configurations told as failed) explores: it proposes values that did well together, and
+the polish below is what sees the knobs' order. Its first trials (as many as Optuna's random start,
+10) are a space-filling design: each knob's values spread evenly over them. A proposal the search had
+already scored costs no evaluation and is told again. After each exploration share, up to ``STARTS``
+of the best configurations that lie apart from one another (distinct basins) are polished by the steps of
 :func:`tuner.strategies.checkpoint.climb` (first-improvement moves through singles, the joint moves of
 learned pairs and repaired moves, ordered by the model the search learns from its own evaluations
 (:mod:`.interactions`), with a patience, without its wider phases). Everything the climbs score is
