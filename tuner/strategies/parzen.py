@@ -52,8 +52,8 @@ class Mixture:
         """Log probability of each configuration of ``rows`` (index vectors)."""
         rows = np.asarray(rows, dtype=np.int64)
         uniform = (1.0 - self.keep) / self.sizes                            # per knob
-        factors = np.where(self.obs[:, None, :] == rows[None], self.keep + uniform, uniform)    # kernels x rows x knobs
-        log = np.log(factors).sum(axis=2) + np.log(self.mixture[:-1])[:, None]
+        same, other = np.log(self.keep + uniform), np.log(uniform)          # a factor's log: the trial's value or not
+        log = np.where(self.obs[:, None, :] == rows[None], same, other).sum(axis=2) + np.log(self.mixture[:-1])[:, None]
         log = np.vstack([log, np.full(len(rows), np.log(self.mixture[-1]) - np.log(self.sizes).sum())])
         top = log.max(axis=0)
         return top + np.log(np.exp(log - top).sum(axis=0))
