@@ -9,7 +9,7 @@ from optuna.distributions import CategoricalDistribution
 from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator, _ParzenEstimatorParameters
 from optuna.samplers._tpe.sampler import default_gamma, default_weights
 
-from tuner.space import Knob, Space
+from tuner.space import WHOLE_SPACE, Knob, Profile, Space
 from tuner.strategies.parzen import Mixture, Parzen, gamma, weights
 
 
@@ -23,7 +23,8 @@ def observations(draw: st.DrawFn, most: int = 40) -> tuple[np.ndarray, np.ndarra
 
 
 def _every(sizes: np.ndarray) -> np.ndarray:
-    return np.stack(np.meshgrid(*[np.arange(s) for s in sizes], indexing="ij"), -1).reshape(-1, len(sizes))
+    whole = Profile(WHOLE_SPACE, "every configuration", tuple(tuple(range(s)) for s in sizes))
+    return whole.plans(0, whole.size)
 
 
 @given(observations())

@@ -14,7 +14,7 @@ from conftest import ROOT, toy_cache
 
 from tuner.objectives.cache import NOT_MEASURED, CacheObjective
 from tuner.plan import SPACE
-from tuner.space import SpaceError, load_space, space_from_t1
+from tuner.space import WHOLE_SPACE, SpaceError, load_profile, load_space, space_from_t1
 
 CACHES = ROOT.parent / "shared" / "data" / "gpu-caches"
 
@@ -141,7 +141,7 @@ def test_the_gemm_space_file_allows_what_the_rtx_3090_cache_measured():
     """perf/spaces/gemm.t1.json writes the GEMM kernel's restrictions: of its 82,944 configurations they allow
     17,956, the number the shipped RTX 3090 cache holds, and the default is one of them."""
     space = load_space(ROOT / "perf" / "spaces" / "gemm.t1.json")
-    every = np.stack(np.meshgrid(*[np.arange(s) for s in space.sizes], indexing="ij"), -1).reshape(-1, len(space.knobs))
+    every = load_profile(WHOLE_SPACE, space).plans(0, space.size)
     assert space.size == 82_944 and int(space.allowed(every).sum()) == 17_956
     assert space.allowed(space.default()[None])[0]
     rules_out = space.encode(dict(space.decode(space.default()), MWG=16, VWM=8))     # 16 % (8 * 8) != 0
