@@ -87,12 +87,12 @@ def test_killed_exhaustive_sweep_resumes_without_recomputing(workspace):
 
 def test_killed_sampler_search_keeps_its_written_work(workspace):
     db = workspace / "h.db"
-    args = ("--history", str(db), "search_plans", "--strategy", "quick", "--max-evals", "400", "--seed", "5")
+    args = ("--history", str(db), "search_plans", "--strategy", "quick", "--max-evals", "1000", "--seed", "5")
     proc = tuner(workspace, *args)
     deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline:               # killed once some work is written (a flush comes every 2 s)
         time.sleep(0.05)
-        if db.exists() and (s := _sweep(db)) and s[0] >= 40:
+        if db.exists() and (s := _sweep(db)) and s[0] >= 40 and _done(db) > 0:
             break
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -105,7 +105,7 @@ def test_killed_sampler_search_keeps_its_written_work(workspace):
     out, err = rerun.communicate(timeout=180)
     assert rerun.returncode == 0, err
     result = json.loads(out)
-    assert result["evaluations"] == 400 and result["new_evaluations"] == 400 - recorded
+    assert result["evaluations"] == 1000 and result["new_evaluations"] == 1000 - recorded
 
 
 def test_four_processes_share_one_history(workspace):
