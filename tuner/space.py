@@ -34,6 +34,7 @@ Value = int | float | str | bool
 Config = dict[str, Any]
 MAX_KNOBS = 64
 MAX_VALUES = 10_000                   # values of one knob
+MAX_COUPLED_MOVES = 1024              # joint values of one declared group of coupled knobs
 
 
 class SpaceError(ValueError):
@@ -96,6 +97,7 @@ class Space:
     name: str
     knobs: tuple[Knob, ...]
     conditions: tuple[str, ...] = ()
+    coupled: tuple[tuple[int, ...], ...] = ()       # a hint: groups of knobs (positions) that pay only together
 
     @cached_property
     def names(self) -> tuple[str, ...]:
@@ -293,13 +295,14 @@ def make_knob(name: Any, values: Any, where: str, default: Any = None, kind: Any
     return Knob(name, tuple(values), _kind(values, kind, where), default)
 
 
-def make_space(name: str, knobs: list[Knob], conditions: list[Any], where: str) -> Space:
-    """A space from knobs and condition strings, each condition checked for its names and its form."""
+def make_space(name: str, knobs: list[Knob], conditions: list[Any], where: str, coupled: Any = ()) -> Space:
+    """A space from knobs, condition strings (each checked for its names and its form) and ``coupled``
+    groups of knob names (see :func:`_coupled`)."""
     if not knobs or len(knobs) > MAX_KNOBS:
         raise SpaceError(f"{where}: a space needs 1 to {MAX_KNOBS} knobs, got {len(knobs)}")
     if len({k.name for k in knobs}) != len(knobs):
         raise SpaceError(f"{where}: knob names repeat")
-    space = Space(name, tuple(knobs), tuple(conditions))
+    space = Space(name, tuple(knobs), tuple(conditions), _coupled(coupled, knobs, where))
     for condition in conditions:
         if not isinstance(condition, str):
             raise SpaceError(f"{where}: a condition must be an expression string, got {_text(condition)[:60]}")
@@ -313,11 +316,34 @@ def make_space(name: str, knobs: list[Knob], conditions: list[Any], where: str) 
     return space
 
 
+def _coupled(groups: Any, knobs: list[Knob], where: str) -> tuple[tuple[int, ...], ...]:
+    """Knob positions of each group of ``groups``: a list of lists of two or more distinct knob names
+    whose joint values number at most ``MAX_COUPLED_MOVES``."""
+    if not isinstance(groups, list | tuple):
+        raise SpaceError(f"{where}: Coupled must be a list of lists of knob names, got {_text(groups)}")
+    position = {k.name: i for i, k in enumerate(knobs)}
+    out = []
+    for group in groups:
+        if not isinstance(group, list | tuple) or len(group) < 2 or len(set(map(str, group))) != len(group):
+            raise SpaceError(f"{where}: a Coupled group must list two or more distinct knob names, got {_text(group)}")
+        unknown = [n for n in group if n not in position]
+        if unknown:
+            raise SpaceError(f"{where}: Coupled group {_text(group)} names unknown knobs {_text(unknown)}; "
+                             f"the knobs are {_text(list(position), 200)}")
+        moves = prod(knobs[position[n]].size for n in group)
+        if moves > MAX_COUPLED_MOVES:
+            raise SpaceError(f"{where}: Coupled group {_text(group)} has {moves} joint values; at most {MAX_COUPLED_MOVES} are allowed")
+        out.append(tuple(sorted(position[n] for n in group)))
+    return tuple(out)
+
+
 def space_from_t1(data: Any, source: str = "T1 file") -> Space:
     """The space of a T1 tuning-problem object (``ConfigurationSpace.TuningParameters`` and ``Conditions``).
 
     ``Values`` is a list or an expression string; ``Default`` is optional; an optional ``Kind``
-    (``ordinal``/``nominal``) overrides the inference (numbers ordinal, anything else nominal).
+    (``ordinal``/``nominal``) overrides the inference (numbers ordinal, anything else nominal). An
+    optional ``ConfigurationSpace.Coupled`` (this project's hint; other T1 readers ignore it) lists
+    groups of knob names that pay only together: the local search moves each group jointly.
     """
     config = data.get("ConfigurationSpace") if isinstance(data, dict) else None
     params = config.get("TuningParameters") if isinstance(config, dict) else None
@@ -333,7 +359,7 @@ def space_from_t1(data: Any, source: str = "T1 file") -> Space:
         raise SpaceError(f"{source}: Conditions must be a list")
     expressions = [c.get("Expression") if isinstance(c, dict) else c for c in conditions]
     general = data.get("General") if isinstance(data.get("General"), dict) else {}
-    return make_space(str(general.get("BenchmarkName") or Path(source).stem), knobs, expressions, source)
+    return make_space(str(general.get("BenchmarkName") or Path(source).stem), knobs, expressions, source, config.get("Coupled") or [])
 
 
 def space_from_tune_params(params: Any, keys: Any = None, name: str = "cache", source: str = "cache") -> Space:

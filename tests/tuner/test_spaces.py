@@ -35,6 +35,37 @@ def test_t1_values_conditions_defaults_and_kinds():
     assert space.allowed(idx).tolist() == [False, True, True]
 
 
+def _coupled(groups):
+    data = t1([{"Name": "bx", "Values": [16, 32, 64, 128]}, {"Name": "mode", "Values": ["a", "b"]}, {"Name": "tile", "Values": [1, 2, 4]}])
+    data["ConfigurationSpace"]["Coupled"] = groups
+    return space_from_t1(data)
+
+
+def test_a_t1_file_may_declare_knobs_that_pay_only_together():
+    assert _coupled([["tile", "bx"], ["mode", "bx", "tile"]]).coupled == ((0, 2), (0, 1, 2))
+    assert space_from_t1(t1([{"Name": "x", "Values": [1, 2]}])).coupled == ()
+    assert _coupled([["tile", "bx"]]).fingerprint == _coupled([]).fingerprint       # a hint: same configurations, same history
+
+
+@pytest.mark.parametrize(("groups", "fragment"), [
+    ("bx,tile", "Coupled must be a list of lists of knob names"),
+    ([["bx"]], "two or more distinct knob names"),
+    ([["bx", "bx"]], "two or more distinct knob names"),
+    ([["bx", "warps"]], 'names unknown knobs ["warps"]'),
+])
+def test_bad_coupled_groups_are_refused_with_a_reason(groups, fragment):
+    with pytest.raises(SpaceError) as caught:
+        _coupled(groups)
+    assert fragment in str(caught.value)
+
+
+def test_a_coupled_group_is_bounded():
+    wide = t1([{"Name": f"k{j}", "Values": list(range(11))} for j in range(3)])
+    wide["ConfigurationSpace"]["Coupled"] = [["k0", "k1", "k2"]]
+    with pytest.raises(SpaceError, match="1331 joint values; at most 1024"):
+        space_from_t1(wide)
+
+
 def test_the_kernel_plan_catalogue_is_a_t1_file():
     assert SPACE.names[0] == "q_layout" and len(SPACE.knobs) == 19
     assert load_space(ROOT / "tuner" / "task" / "kernel_plan.t1.json") == SPACE

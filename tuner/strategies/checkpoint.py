@@ -1,8 +1,9 @@
 """``checkpoint``: local search around a plan or fixture.
 
 Each round first takes steps through the neighbours of the current configuration: every single
-mutation, the joint moves of the knob pairs the search's own evaluations show to interact most and
-the infeasible moves made feasible by one more change (:mod:`.neighbourhood`). The learned model
+mutation, the joint moves of the knob groups the space declares coupled (a hint) and of the knob
+pairs the search's own evaluations show to interact most, and the infeasible moves made feasible
+by one more change (:mod:`.neighbourhood`). The learned model
 (:mod:`.interactions`) orders them: in turns across the knobs they change, the best predicted first,
 the ones likely to fail last (ties: nearest singles first, then a seeded shuffle). They are scored
 a few at a time, moving at the first improvement. When no step improves, the wider ``phases``
@@ -30,12 +31,14 @@ GRID_KNOBS = 7                      # ordinal knobs the grid spans (3**7 = 2187 
 
 
 def step_neighbours(search: Search, center: np.ndarray, rng: np.random.Generator) -> np.ndarray:
-    """The feasible step neighbourhood of ``center`` (singles, joint moves of the learned pairs, repaired
-    moves), taken in turns across the knobs they change, best predicted first (ties: nearest singles
-    first, then a seeded shuffle); the moves the evaluations say will likely fail come last."""
+    """The feasible step neighbourhood of ``center`` (singles, joint moves of the space's declared
+    ``coupled`` groups and of the learned pairs, repaired moves), taken in turns across the knobs they
+    change, best predicted first (ties: nearest singles first, then a seeded shuffle); the moves the
+    evaluations say will likely fail come last."""
     space, feasible, model = search.space, search.objective.feasible, learned(search)
     near = singles(space, center, near=True)
-    moves = np.concatenate([singles(space, center), coupled(space, center, model.pairs[:COUPLED_PAIRS])])
+    groups = space.coupled + tuple(p for p in model.pairs if p not in space.coupled)[:COUPLED_PAIRS]
+    moves = np.concatenate([singles(space, center), coupled(space, center, groups)])
     rest = np.concatenate([moves, repairs(space, center, moves, feasible)])
     near, rest = near[feasible(near)], rest[feasible(rest)]
     ordered = np.concatenate([near[rng.permutation(len(near))], rest[rng.permutation(len(rest))]])
