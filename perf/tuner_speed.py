@@ -6,9 +6,10 @@
    versus Optuna's GridSampler on the same grid (per-trial cost measured, extrapolated).
 2. ms per trial of ``quick`` including durable history (averaged over the quality runs), versus
    Optuna's default RDB storage on SQLite (study.optimize with TPE on the same objective).
-3. search quality: best-so-far of ``quick`` over seeds beside Optuna's default TPE (every knob
-   categorical) and RandomSampler at the same budget; the target is the best plan of both profiles.
-4. evaluations ``checkpoint`` needs from attempt-1 to match iteration-2 on dev.
+3. search quality: best-so-far of ``quick`` (with the space file's ``Coupled`` hint, and without it)
+   over seeds beside Optuna's default TPE (every knob categorical) and RandomSampler at the same
+   budget; the target is the best plan of both profiles.
+4. evaluations ``checkpoint`` needs from attempt-1 to match iteration-2 on dev, with and without the hint.
 5. growth of quick's cost: ms/trial at 500 and at 5,000 evaluations (durable history), and the ratio.
 6. ms per TPE ask with a full window of trials: Optuna's default TPESampler (multivariate) over categorical
    knobs, the algorithm ``tuner.strategies.parzen.Parzen`` implements, beside it, told the same trials.
@@ -17,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import tempfile
 import time
 from pathlib import Path
@@ -110,8 +112,15 @@ def _baseline(sampler: optuna.samplers.BaseSampler, budget: int, categorical: bo
     return values
 
 
+class Unhinted(BuiltinObjective):
+    """The task without its space file's ``Coupled`` hint: what the strategies learn on their own."""
+
+    space = dataclasses.replace(SPACE, coupled=())
+
+
 def quality(seeds: int, budget: int, target: float) -> None:
-    rows: dict[str, list[list[float]]] = {"quick": [], "default TPE (categorical)": [], "RandomSampler": []}
+    rows: dict[str, list[list[float]]] = {"quick": [], "quick, no Coupled hint": [], "default TPE (categorical)": [],
+                                          "RandomSampler": []}
     seconds, trials = 0.0, 0
     for seed in range(seeds):
         search = Search(_history(), BuiltinObjective(), Spec(strategy="quick", mode="dev", max_evals=budget, seed=seed))
@@ -119,6 +128,9 @@ def quality(seeds: int, budget: int, target: float) -> None:
         trials += STRATEGIES["quick"](search).new_evaluations
         seconds += time.perf_counter() - start
         rows["quick"].append(_curve(list(search.seen.values()), budget))     # every evaluation, in order (trials are thinned)
+        search = Search(_history(), Unhinted(), Spec(strategy="quick", mode="dev", max_evals=budget, seed=seed))
+        STRATEGIES["quick"](search)
+        rows["quick, no Coupled hint"].append(_curve(list(search.seen.values()), budget))
         rows["default TPE (categorical)"].append(_curve(_baseline(optuna.samplers.TPESampler(seed=seed), budget, True), budget))
         rows["RandomSampler"].append(_curve(_baseline(optuna.samplers.RandomSampler(seed=seed), budget, False), budget))
     print(f"3. best-so-far median over {seeds} seeds (target {int(target)}; within 1% = <= {int(target * 1.01)}):")
@@ -133,15 +145,15 @@ def quality(seeds: int, budget: int, target: float) -> None:
 
 
 def checkpoint_reach() -> None:
-    objective = BuiltinObjective()
-    reference = objective.cycles(_fixture("tensor_plan_iteration2_neighborhood_best")[None], "dev")[0]
-    search = Search(_history(), objective, Spec(strategy="checkpoint", mode="dev", max_evals=300,
-                                                start=tuple(int(v) for v in _fixture("tensor_plan_attempt1_best"))))
-    STRATEGIES["checkpoint"](search)
-    values = list(search.seen.values())
-    reached = next((i + 1 for i, v in enumerate(np.minimum.accumulate(values)) if v <= reference), None)
-    print(f"4. checkpoint from attempt-1: matches iteration-2 ({int(reference)}) after {reached} evaluations; "
-          f"best after 300: {int(min(values))}")
+    for objective, hint in ((BuiltinObjective(), ""), (Unhinted(), ", no Coupled hint")):
+        reference = objective.cycles(_fixture("tensor_plan_iteration2_neighborhood_best")[None], "dev")[0]
+        search = Search(_history(), objective, Spec(strategy="checkpoint", mode="dev", max_evals=300,
+                                                    start=tuple(int(v) for v in _fixture("tensor_plan_attempt1_best"))))
+        STRATEGIES["checkpoint"](search)
+        values = list(search.seen.values())
+        reached = next((i + 1 for i, v in enumerate(np.minimum.accumulate(values)) if v <= reference), None)
+        print(f"4. checkpoint from attempt-1{hint}: matches iteration-2 ({int(reference)}) after {reached} evaluations; "
+              f"best after 300: {int(min(values))}")
 
 
 def growth(seeds: int = 1) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 
 from tuner.history import History
@@ -69,9 +71,15 @@ def test_repairs_make_infeasible_moves_feasible_with_one_more_change():
     assert any((row == smaller).all() for row in fixed)
 
 
-def _climbed(tmp_path, plan: dict, explored: int = 0) -> float:
+class _Unhinted(BuiltinObjective):
+    """The task without its space file's hint: the search must learn its pairs."""
+
+    space = dataclasses.replace(SPACE, coupled=())
+
+
+def _climbed(tmp_path, plan: dict, explored: int = 0, objective: BuiltinObjective = OBJECTIVE) -> float:
     """Where the climb's steps from ``plan`` end, after ``explored`` random evaluations taught the search its space."""
-    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), OBJECTIVE, Spec(strategy="checkpoint", mode="dev", max_evals=400 + explored,
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), objective, Spec(strategy="checkpoint", mode="dev", max_evals=400 + explored,
                                                                               seed=0))
     rng = np.random.default_rng(0)
     random = np.stack([rng.integers(0, size, 4 * explored) for size in SPACE.sizes], axis=1).astype(np.int16)
@@ -119,7 +127,16 @@ def test_steps_escape_a_trap_that_needs_a_joint_move_once_the_pair_is_learned(tm
     center = encode(REGIME_TRAP)
     start = float(_dev(center[None])[0])
     assert _best_single(center) >= start
-    assert _climbed(tmp_path, REGIME_TRAP, explored=500) < 0.9 * start
+    blind, taught = tmp_path / "blind", tmp_path / "taught"
+    blind.mkdir(), taught.mkdir()
+    assert _climbed(blind, REGIME_TRAP, objective=_Unhinted()) >= start                # nothing learned: stuck
+    assert _climbed(taught, REGIME_TRAP, explored=500, objective=_Unhinted()) < 0.9 * start
+
+
+def test_a_pair_the_space_file_declares_coupled_is_moved_jointly_from_the_start(tmp_path):
+    assert SPACE.coupled == ((POSITION["num_warps"], POSITION["schedule"]),)
+    center = encode(REGIME_TRAP)
+    assert _climbed(tmp_path, REGIME_TRAP) < 0.9 * float(_dev(center[None])[0])           # no evaluation taught it
 
 
 def test_the_step_neighbourhood_holds_every_feasible_single_once(tmp_path):
