@@ -187,7 +187,8 @@ def parser() -> argparse.ArgumentParser:
                      help="builtin: the tensor-plan task (fast); command: the workspace's own benchmark.py; "
                           "cache:PATH: replay measured results (a Kernel Tuner cache .json/.json.gz or a T4 results file)")
     top.add_argument("--space", default=None, metavar="T1.json",
-                     help="with a cache objective: a T1 tuning-problem file naming the same knobs (adds restrictions and defaults)")
+                     help="with a cache objective: a T1 tuning-problem file naming the same knobs (adds restrictions, defaults "
+                          "and Coupled groups)")
     top.add_argument("--timeout-s", type=_seconds, default=120.0, metavar="SECONDS",
                      help="with the command objective: seconds one benchmark run may take; a run past it is killed with "
                           "everything it started and counts as a failed evaluation (default 120)")

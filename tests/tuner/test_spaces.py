@@ -140,6 +140,17 @@ def test_a_hostile_t1_file_exits_2_and_writes_nothing(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ["evil.t1.json", "toy.json.gz"]
 
 
+def test_a_space_file_with_a_bad_coupled_group_exits_2_and_writes_nothing(tmp_path):
+    toy_cache(tmp_path, {(32, 1): 2.5})
+    data = t1([{"Name": "bx", "Values": "[32, 64, 128]"}, {"Name": "tile", "Values": [1, 2]}])
+    data["ConfigurationSpace"]["Coupled"] = [["bx", "warps"]]
+    (tmp_path / "toy.t1.json").write_text(json.dumps(data))
+    out = _cli("--objective", "cache:toy.json.gz", "--space", "toy.t1.json", "search_plans", cwd=tmp_path)
+    assert out.returncode == 2 and 'names unknown knobs ["warps"]' in out.stderr, out.stderr
+    assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["toy.json.gz", "toy.t1.json"]
+
+
 @pytest.mark.parametrize("strategy", ["quick", "focused", "checkpoint", "exhaustive"])
 def test_every_strategy_runs_on_a_measured_cache_and_resumes(tmp_path, strategy):
     records = {(bx, t): 1.0 + abs(bx - 64) / 32 + t for bx in (32, 64, 128) for t in (1, 2)} | {(128, 2): "RuntimeFailedConfig"}
