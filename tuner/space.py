@@ -34,7 +34,7 @@ Value = int | float | str | bool
 Config = dict[str, Any]
 MAX_KNOBS = 64
 MAX_VALUES = 10_000                   # values of one knob
-MAX_COUPLED_MOVES = 1024              # joint values of one declared group of coupled knobs
+MAX_COUPLED_MOVES = 4096              # joint values of the declared groups of coupled knobs, all together
 
 
 class SpaceError(ValueError):
@@ -318,21 +318,24 @@ def make_space(name: str, knobs: list[Knob], conditions: list[Any], where: str, 
 
 def _coupled(groups: Any, knobs: list[Knob], where: str) -> tuple[tuple[int, ...], ...]:
     """Knob positions of each group of ``groups``: a list of lists of two or more distinct knob names
-    whose joint values number at most ``MAX_COUPLED_MOVES``."""
+    whose joint values number at most ``MAX_COUPLED_MOVES`` over all the groups (each is a step of
+    the local search)."""
     if not isinstance(groups, list | tuple):
         raise SpaceError(f"{where}: Coupled must be a list of lists of knob names, got {_text(groups)}")
     position = {k.name: i for i, k in enumerate(knobs)}
-    out = []
+    out, moves = [], 0
     for group in groups:
-        if not isinstance(group, list | tuple) or len(group) < 2 or len(set(map(str, group))) != len(group):
+        names = list(group) if isinstance(group, list | tuple) else []
+        if len(names) < 2 or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
             raise SpaceError(f"{where}: a Coupled group must list two or more distinct knob names, got {_text(group)}")
         unknown = [n for n in group if n not in position]
         if unknown:
             raise SpaceError(f"{where}: Coupled group {_text(group)} names unknown knobs {_text(unknown)}; "
                              f"the knobs are {_text(list(position), 200)}")
-        moves = prod(knobs[position[n]].size for n in group)
+        moves += prod(knobs[position[n]].size for n in group)
         if moves > MAX_COUPLED_MOVES:
-            raise SpaceError(f"{where}: Coupled group {_text(group)} has {moves} joint values; at most {MAX_COUPLED_MOVES} are allowed")
+            raise SpaceError(f"{where}: Coupled groups up to {_text(group)} have {moves} joint values; "
+                             f"at most {MAX_COUPLED_MOVES} in all are allowed")
         out.append(tuple(sorted(position[n] for n in group)))
     return tuple(out)
 
@@ -359,7 +362,8 @@ def space_from_t1(data: Any, source: str = "T1 file") -> Space:
         raise SpaceError(f"{source}: Conditions must be a list")
     expressions = [c.get("Expression") if isinstance(c, dict) else c for c in conditions]
     general = data.get("General") if isinstance(data.get("General"), dict) else {}
-    return make_space(str(general.get("BenchmarkName") or Path(source).stem), knobs, expressions, source, config.get("Coupled") or [])
+    return make_space(str(general.get("BenchmarkName") or Path(source).stem), knobs, expressions, source,
+                      [] if config.get("Coupled") is None else config["Coupled"])
 
 
 def space_from_tune_params(params: Any, keys: Any = None, name: str = "cache", source: str = "cache") -> Space:

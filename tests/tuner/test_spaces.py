@@ -51,6 +51,8 @@ def test_a_t1_file_may_declare_knobs_that_pay_only_together():
     ("bx,tile", "Coupled must be a list of lists of knob names"),
     ([["bx"]], "two or more distinct knob names"),
     ([["bx", "bx"]], "two or more distinct knob names"),
+    ([["bx", {"name": "tile"}]], "two or more distinct knob names"),
+    ({"bx": "tile"}, "Coupled must be a list of lists of knob names"),
     ([["bx", "warps"]], 'names unknown knobs ["warps"]'),
 ])
 def test_bad_coupled_groups_are_refused_with_a_reason(groups, fragment):
@@ -59,10 +61,12 @@ def test_bad_coupled_groups_are_refused_with_a_reason(groups, fragment):
     assert fragment in str(caught.value)
 
 
-def test_a_coupled_group_is_bounded():
-    wide = t1([{"Name": f"k{j}", "Values": list(range(11))} for j in range(3)])
+def test_coupled_groups_are_bounded():
+    wide = t1([{"Name": f"k{j}", "Values": list(range(16))} for j in range(3)])
     wide["ConfigurationSpace"]["Coupled"] = [["k0", "k1", "k2"]]
-    with pytest.raises(SpaceError, match="1331 joint values; at most 1024"):
+    assert space_from_t1(wide).coupled == ((0, 1, 2),)                          # 4096 joint values
+    wide["ConfigurationSpace"]["Coupled"] = [["k0", "k1", "k2"], ["k0", "k1"]]
+    with pytest.raises(SpaceError, match=r'up to \["k0", "k1"\] have 4352 joint values; at most 4096 in all'):
         space_from_t1(wide)
 
 
