@@ -328,15 +328,15 @@ def _coupled(groups: Any, knobs: list[Knob], where: str) -> tuple[tuple[int, ...
         names = list(group) if isinstance(group, list | tuple) else []
         if len(names) < 2 or not all(isinstance(n, str) for n in names) or len(set(names)) != len(names):
             raise SpaceError(f"{where}: a Coupled group must list two or more distinct knob names, got {_text(group)}")
-        unknown = [n for n in group if n not in position]
+        unknown = [n for n in names if n not in position]
         if unknown:
-            raise SpaceError(f"{where}: Coupled group {_text(group)} names unknown knobs {_text(unknown)}; "
+            raise SpaceError(f"{where}: Coupled group {_text(names)} names unknown knobs {_text(unknown)}; "
                              f"the knobs are {_text(list(position), 200)}")
-        moves += prod(knobs[position[n]].size for n in group)
+        moves += prod(knobs[position[n]].size for n in names)
         if moves > MAX_COUPLED_MOVES:
-            raise SpaceError(f"{where}: Coupled groups up to {_text(group)} have {moves} joint values; "
+            raise SpaceError(f"{where}: Coupled groups up to {_text(names)} have {moves} joint values; "
                              f"at most {MAX_COUPLED_MOVES} in all are allowed")
-        out.append(tuple(sorted(position[n] for n in group)))
+        out.append(tuple(sorted(position[n] for n in names)))
     return tuple(out)
 
 
