@@ -145,10 +145,10 @@ def quality(seeds: int, budget: int, target: float) -> None:
 
 
 def checkpoint_reach() -> None:
+    reference = BuiltinObjective().cycles(_fixture("tensor_plan_iteration2_neighborhood_best")[None], "dev")[0]
+    start = tuple(int(v) for v in _fixture("tensor_plan_attempt1_best"))
     for objective, hint in ((BuiltinObjective(), ""), (Unhinted(), ", no Coupled hint")):
-        reference = objective.cycles(_fixture("tensor_plan_iteration2_neighborhood_best")[None], "dev")[0]
-        search = Search(_history(), objective, Spec(strategy="checkpoint", mode="dev", max_evals=300,
-                                                    start=tuple(int(v) for v in _fixture("tensor_plan_attempt1_best"))))
+        search = Search(_history(), objective, Spec(strategy="checkpoint", mode="dev", max_evals=300, start=start))
         STRATEGIES["checkpoint"](search)
         values = list(search.seen.values())
         reached = next((i + 1 for i, v in enumerate(np.minimum.accumulate(values)) if v <= reference), None)
