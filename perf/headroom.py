@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import argparse
 import multiprocessing
+from collections.abc import Callable
 from contextlib import nullcontext
 from pathlib import Path
 from unittest import mock
@@ -43,7 +44,7 @@ TENSOR_BUDGET, CACHE_BUDGET = 300, 100
 TENSOR_TARGET = 178_866              # dev cycles of the best plan of both exhaustive profiles
 
 
-def _oracle(order: str):
+def _oracle(order: str) -> Callable[[Search, np.ndarray, np.random.Generator], np.ndarray]:
     """``checkpoint.step_neighbours`` with its moves reordered by their true values."""
     shipped = checkpoint.step_neighbours
 
@@ -72,8 +73,10 @@ def _run(job: tuple[str, str | None, str, int]) -> tuple[str, str | None, str, f
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--caches", type=Path, default=ROOT.parent / "shared" / "data" / "gpu-caches")
-    parser.add_argument("--spaces", type=Path, default=Path(__file__).resolve().parent / "spaces")
+    parser.add_argument("--caches", type=Path, default=ROOT.parent / "shared" / "data" / "gpu-caches",
+                        help="folder of Kernel Tuner caches (default: the shared GPU caches beside this checkout)")
+    parser.add_argument("--spaces", type=Path, default=Path(__file__).resolve().parent / "spaces",
+                        help="T1 files for caches shipped without one (default: perf/spaces)")
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=2)
     args = parser.parse_args()
