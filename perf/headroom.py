@@ -32,10 +32,10 @@ from pathlib import Path
 from unittest import mock
 
 import numpy as np
-from real_caches import _ours, _t1_files
+from real_caches import _run as _run_cache
+from real_caches import _t1_files
 from tuner_speed import ROOT, Unhinted, _history
 
-from tuner.objectives.cache import CacheObjective
 from tuner.search import Search, Spec
 from tuner.strategies import STRATEGIES, checkpoint
 
@@ -67,8 +67,7 @@ def _run(job: tuple[str, str | None, str, int]) -> tuple[str, str | None, str, f
             search = Search(_history(), Unhinted(), Spec(strategy="quick", mode="dev", max_evals=TENSOR_BUDGET, seed=seed))
             STRATEGIES["quick"](search)
             return cache, t1, order, min(list(search.seen.values())[:TENSOR_BUDGET])
-        values = _ours(Path(cache), Path(t1) if t1 else None, "quick", seed, CACHE_BUDGET)
-        return cache, t1, order, CacheObjective(Path(cache), Path(t1) if t1 else None).optimum / min(values[:CACHE_BUDGET])
+        return cache, t1, order, float(_run_cache((cache, cache, t1, "quick", seed, CACHE_BUDGET))[2][-1])
 
 
 def main() -> None:
