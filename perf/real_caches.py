@@ -10,7 +10,8 @@ fraction of optimum (best time in the cache / best time found, 1.0 = the optimum
 100 and 200 evaluations, as the median and the 10th percentile over seeds; the evaluations needed
 to reach 0.95 (median; ">B" when most seeds never do); and the mean at the last checkpoint with
 its standard error over seeds (methods whose means differ by less than about two standard errors
-are within noise of each other, and a median of 20 seeds moves by more). An evaluation is a
+are within noise of each other, and a median of 20 seeds moves by more: with 40 seeds or more, the
+lowest and highest median of disjoint blocks of 20 seeds show how far). An evaluation is a
 configuration scored for the first time; one the cache does not hold (or holds as failed) is a failed
 evaluation and counts. Methods:
 
@@ -50,6 +51,7 @@ CHECKPOINTS = (25, 50, 100, 200)
 KERNEL_TUNER = ("bayes_opt", "genetic_algorithm", "simulated_annealing", "dual_annealing", "greedy_ils", "pso")
 OURS = ("quick", "checkpoint")
 OPTUNA = ("optuna TPE", "optuna random")
+BLOCK = 20                      # seeds per block whose medians show how much a 20-seed median moves
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -151,9 +153,15 @@ def _run(job: tuple[str, str, str | None, str, int, int]) -> tuple[str, str, np.
 
 
 def _report(name: str, curves: dict[str, list[np.ndarray]], budget: int) -> None:
+    """One table: per method (runs in seed order), the checkpoints' medians and 10th percentiles, the evaluations
+    to 0.95, the mean at the last checkpoint with its standard error and, with 40 seeds or more, the lowest and
+    highest median of disjoint blocks of 20 seeds there (how far a 20-seed median moves by the seeds alone)."""
     marks = [c for c in CHECKPOINTS if c <= budget]
-    print(f"\n{name}: fraction of optimum, median (10th percentile) over {len(next(iter(curves.values())))} seeds")
-    print(f"  {'method':<22}" + "".join(f"{c:>15}" for c in marks) + f"{'evals to 0.95':>15}{f'mean at {marks[-1]}':>17}")
+    seeds = len(next(iter(curves.values())))
+    blocks = seeds // BLOCK if seeds >= 2 * BLOCK else 0
+    print(f"\n{name}: fraction of optimum, median (10th percentile) over {seeds} seeds")
+    print(f"  {'method':<22}" + "".join(f"{c:>15}" for c in marks) + f"{'evals to 0.95':>15}{f'mean at {marks[-1]}':>17}"
+          + (f"{f'{BLOCK}-seed medians ({blocks})':>24}" if blocks else ""))
     for method, runs in curves.items():
         fractions = np.array(runs)
         cells = "".join(f"{np.median(fractions[:, c - 1]):>8.3f} ({np.percentile(fractions[:, c - 1], 10):.2f})" for c in marks)
@@ -161,7 +169,9 @@ def _report(name: str, curves: dict[str, list[np.ndarray]], budget: int) -> None
         median = np.median(reach)
         last = fractions[:, marks[-1] - 1]
         spread = f"{last.mean():.3f} ±{last.std(ddof=1) / np.sqrt(len(last)):.3f}" if len(last) > 1 else f"{last.mean():.3f}"
-        print(f"  {method:<22}{cells}{(f'>{budget}' if median > budget else f'{median:.0f}'):>15}{spread:>17}")
+        medians = np.median(last[:blocks * BLOCK].reshape(blocks, BLOCK), axis=1) if blocks else None
+        ranged = f"{medians.min():>18.3f}-{medians.max():.3f}" if medians is not None else ""
+        print(f"  {method:<22}{cells}{(f'>{budget}' if median > budget else f'{median:.0f}'):>15}{spread:>17}{ranged}")
 
 
 def main() -> None:
@@ -187,7 +197,7 @@ def main() -> None:
         for cache, t1 in ((c, t1) for c in caches for t1 in _t1_files(c, args.spaces)):   # each table once its runs are done
             jobs = [(cache.name, str(cache), str(t1) if t1 else None, m, s, args.budget) for m in methods for s in range(args.seeds)]
             curves: dict[str, list[np.ndarray]] = {m: [] for m in methods}
-            for _, method, fraction in pool.imap_unordered(_run, jobs):
+            for _, method, fraction in pool.imap(_run, jobs):                 # in seed order: blocks of seeds are comparable
                 curves[method].append(fraction)
             known = f"restrictions of {t1.parent.name}/{t1.name}" if t1 else "no T1 file: no restrictions"
             _report(f"{cache.name} ({known})", curves, args.budget)
