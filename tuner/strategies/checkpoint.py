@@ -4,8 +4,9 @@ Each round first takes steps through the neighbours of the current configuration
 mutation, the joint moves of the knob groups the space declares coupled (a hint) and of the knob
 pairs the search's own evaluations show to interact most, and the infeasible moves made feasible
 by one more change (:mod:`.neighbourhood`). The learned model
-(:mod:`.interactions`) orders them: in turns across the knobs they change, the best predicted first,
-the ones likely to fail last (ties: nearest singles first, then a seeded shuffle). They are scored
+(:mod:`.interactions`) orders them: in turns across the knobs they change, the best predicted first
+(a joint move into a cell of a learned pair that no evaluation holds counts as promising), the ones
+likely to fail last (ties: nearest singles first, then a seeded shuffle). They are scored
 a few at a time, moving at the first improvement. When no step improves, the wider ``phases``
 follow: pairs of the most promising singles (second-order steps, cheap), all pairs (ordinal knobs
 one step), then a bounded +-1 grid over the ordinal knobs with the largest learned effects. The
@@ -27,6 +28,7 @@ PHASES = ("combined", "pair", "grid")
 STEP_BATCH = 4                      # neighbours scored per step; the first improvement among them is taken
 COUPLED_PAIRS = 5                   # learned interacting pairs whose joint moves are steps
 LIKELY_TO_FAIL = 0.5                # a predicted failure chance above this moves a neighbour to the end
+OPTIMISM = 3.0                      # spreads of a learned pair's cell means credited to a joint move into a cell never scored
 GRID_KNOBS = 7                      # ordinal knobs the grid spans (3**7 = 2187 configurations at most)
 
 
@@ -34,7 +36,9 @@ def step_neighbours(search: Search, center: np.ndarray, rng: np.random.Generator
     """The feasible step neighbourhood of ``center`` (singles, joint moves of the space's declared
     ``coupled`` groups and of the learned pairs, repaired moves), taken in turns across the knobs they
     change, best predicted first (ties: nearest singles first, then a seeded shuffle); the moves the
-    evaluations say will likely fail come last."""
+    evaluations say will likely fail come last. A joint move into a cell of a learned pair that no
+    evaluation holds is predicted ``OPTIMISM`` spreads of that pair's cell means better: the model cannot
+    know such a cell, and pairs that pay only together pay there."""
     space, feasible, model = search.space, search.objective.feasible, learned(search)
     near = singles(space, center, near=True)
     groups = space.coupled + tuple(p for p in model.pairs if p not in space.coupled)[:COUPLED_PAIRS]
@@ -43,7 +47,9 @@ def step_neighbours(search: Search, center: np.ndarray, rng: np.random.Generator
     near, rest = near[feasible(near)], rest[feasible(rest)]
     ordered = np.concatenate([near[rng.permutation(len(near))], rest[rng.permutation(len(rest))]])
     ordered = ordered[np.sort(np.unique(ordered, axis=0, return_index=True)[1])]     # each move once, where it first comes
-    ordered = _round_robin(center, ordered, model.predict(ordered))
+    idx, values = search.evaluated()
+    promise = model.predict(ordered) - OPTIMISM * model.untried(center, ordered, idx[np.isfinite(values)])
+    ordered = _round_robin(center, ordered, promise)
     return ordered[np.argsort(model.failure(ordered) > LIKELY_TO_FAIL, kind="stable")]
 
 

@@ -53,6 +53,19 @@ class Learned:
         """Predicted chance that each configuration fails (is infeasible or incorrect); 0 when none failed."""
         return np.zeros(len(idx)) if self.failures is None else self.failures(idx)
 
+    def untried(self, center: np.ndarray, idx: np.ndarray, scored: np.ndarray) -> np.ndarray:
+        """Per configuration of ``idx``: summed over the kept pairs whose two knobs both differ from ``center``
+        and whose joint cell no configuration of ``scored`` holds, the spread (standard deviation) of that
+        pair's cell means. What a joint move into a cell no evaluation has shown might hold (log-value)."""
+        idx, scored = np.asarray(idx, dtype=np.intp), np.asarray(scored, dtype=np.intp).reshape(-1, len(center))
+        out = np.zeros(len(idx))
+        for (a, b), means in self.cells.items():
+            seen = np.zeros(means.shape, dtype=bool)
+            seen[scored[:, a], scored[:, b]] = True
+            joint = (idx[:, a] != center[a]) & (idx[:, b] != center[b])
+            out += means.std() * (joint & ~seen[idx[:, a], idx[:, b]])
+        return out
+
     def predict(self, idx: np.ndarray) -> np.ndarray:
         """Predicted log-value (relative) of configurations ``idx``; zeros when nothing is learned."""
         idx = np.asarray(idx, dtype=np.intp)
