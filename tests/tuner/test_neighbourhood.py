@@ -155,19 +155,20 @@ def test_the_step_neighbourhood_holds_every_feasible_single_once(tmp_path):
     assert {row.tobytes() for row in feasible[OBJECTIVE.feasible(feasible)]} <= {row.tobytes() for row in moves}
 
 
-def _pair_trap() -> tuple[np.ndarray, np.ndarray]:
+def _pair_trap() -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """A 4 x 4 x 4 toy (lower is better): knobs a and b pay only together, along a = b and the more the higher
-    both are, so the best cell, a = b = 3, is a joint move away from a = b = 1; c adds a little."""
+    both are, so the best cell, a = b = 3, is a joint move away from a = b = 1; c adds a little. Returns every
+    configuration, its value, and which ones the tests score (all but the best cell)."""
     rows = np.array(list(itertools.product(range(4), repeat=3)), dtype=np.int16)
     a, b, c = rows.T.astype(float)
-    return rows, np.exp(0.1 * c + 0.4 * np.abs(a - b) - 0.2 * np.minimum(a, b) * (a == b))
+    return rows, np.exp(0.1 * c + 0.4 * np.abs(a - b) - 0.2 * np.minimum(a, b) * (a == b)), (a != 3) | (b != 3)
 
 
 def test_only_joint_moves_into_a_learned_pairs_unscored_cell_are_credited():
     toy = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": n, "Values": [1, 2, 3, 4]} for n in "abc"]}})
-    rows, values = _pair_trap()
-    scored = rows[(rows[:, 0] != 3) | (rows[:, 1] != 3)]
-    model = learn(toy, scored, values[(rows[:, 0] != 3) | (rows[:, 1] != 3)])
+    rows, values, scoring = _pair_trap()
+    scored = rows[scoring]
+    model = learn(toy, scored, values[scoring])
     assert model.pairs[0] == (0, 1)
     center = np.array([1, 1, 0], dtype=np.int16)
     moves = np.array([[3, 3, 0], [2, 2, 0], [3, 1, 0], [1, 3, 0], [1, 1, 3]], dtype=np.int16)
@@ -178,12 +179,12 @@ def test_only_joint_moves_into_a_learned_pairs_unscored_cell_are_credited():
 
 
 def test_the_steps_try_a_joint_move_into_an_unscored_cell_of_a_learned_pair_sooner(tmp_path, monkeypatch):
-    rows, values = _pair_trap()
+    rows, values, scoring = _pair_trap()
     knobs = {n: [1, 2, 3, 4] for n in "abc"}
     path = toy_cache(tmp_path, {tuple(int(v) + 1 for v in row): float(t) for row, t in zip(rows, values, strict=True)}, "pair.json", knobs)
     search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
                     Spec(strategy="checkpoint", mode="time", max_evals=100, seed=0))
-    search.evaluate(rows[(rows[:, 0] != 3) | (rows[:, 1] != 3)])
+    search.evaluate(rows[scoring])
     center, target = np.array([1, 1, 0], dtype=np.int16), np.array([3, 3, 0], dtype=np.int16)
 
     def place() -> int:

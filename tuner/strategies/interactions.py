@@ -57,7 +57,7 @@ class Learned:
         """Per configuration of ``idx``: summed over the kept pairs whose two knobs both differ from ``center``
         and whose joint cell no configuration of ``scored`` holds, the spread (standard deviation) of that
         pair's cell means. What a joint move into a cell no evaluation has shown might hold (log-value)."""
-        idx, scored = np.asarray(idx, dtype=np.intp), np.asarray(scored, dtype=np.intp).reshape(-1, len(center))
+        idx, scored = np.asarray(idx, dtype=np.intp), np.asarray(scored, dtype=np.intp)
         out = np.zeros(len(idx))
         for (a, b), means in self.cells.items():
             seen = np.zeros(means.shape, dtype=bool)
