@@ -15,7 +15,7 @@ lowest and highest median of disjoint blocks of 20 seeds show how far). An evalu
 configuration scored for the first time; one the cache does not hold (or holds as failed) is a failed
 evaluation and counts. Methods:
 
-- ``quick`` and ``checkpoint`` (from the space's default) of this project;
+- ``quick``, ``bayes`` and ``checkpoint`` (from the space's default) of this project;
 - Optuna's default TPESampler and RandomSampler (every knob categorical, as a user writes it);
 - Kernel Tuner 1.5's strategies replaying the same cache in simulation mode (``pip install -e '.[perf]'``);
   unmeasured configurations are added to its copy of the cache as ``InvalidConfig``, so it pays
@@ -49,7 +49,7 @@ from tuner.strategies import STRATEGIES
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINTS = (25, 50, 100, 200)
 KERNEL_TUNER = ("bayes_opt", "genetic_algorithm", "simulated_annealing", "dual_annealing", "greedy_ils", "pso")
-OURS = ("quick", "checkpoint")
+OURS = ("quick", "bayes", "checkpoint")
 OPTUNA = ("optuna TPE", "optuna random")
 BLOCK = 20                      # seeds per block whose medians show how much a 20-seed median moves
 optuna.logging.set_verbosity(optuna.logging.WARNING)

@@ -144,9 +144,10 @@ COMMANDS: dict[str, Command] = {
                        help="a profile in studies/ (iteration3_dev_core, iteration3_layout_relaxed) or 'all': the whole space"),
         _search_args(p, None)), "score every plan of a profile (resumable)"),
     "search_plans": (service.search_plans, lambda p: (
-        p.add_argument("--strategy", default="quick", metavar="quick|focused",
-                       help="quick: seeded TPE and local polish of the best basins; focused: a sweep around the "
-                            "best plan of the history (default quick)"),
+        p.add_argument("--strategy", default="quick", metavar="quick|bayes|focused",
+                       help="quick: seeded TPE and local polish of the best basins; bayes: Gaussian-process Bayesian "
+                            "optimisation (small measured spaces); focused: a sweep around the best plan of the history "
+                            "(default quick)"),
         _seed_arg(p), _search_args(p, 500)), "broad search over the whole space"),
     "apply_candidate": (service.apply_candidate, lambda p: (
         p.add_argument("--plan", required=True, metavar="REF", help="the candidate: " + PLAN_HELP.split(" (")[0]),

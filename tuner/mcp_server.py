@@ -205,12 +205,15 @@ def build(workspace: Path, history: str | None = None) -> MCPServer:
     @tool
     async def search_plans(
         ctx: Context,
-        strategy: Annotated[Literal["quick", "focused"],
-                            Field(description="quick: seeded TPE + polish; focused: sweep around the best")] = "quick",
+        strategy: Annotated[Literal["quick", "bayes", "focused"],
+                            Field(description="quick: seeded TPE + polish; bayes: Gaussian-process Bayesian optimisation; "
+                                              "focused: sweep around the best")] = "quick",
         max_evals: MaxEvals = 500, time_s: TimeBudget = None,
-        seed: Annotated[StrictInt, Field(ge=0, le=2**31 - 1, description="random seed (quick)")] = 0, include_final: IncludeFinal = True,
+        seed: Annotated[StrictInt, Field(ge=0, le=2**31 - 1, description="random seed (quick, bayes)")] = 0,
+        include_final: IncludeFinal = True,
     ) -> R.SearchResult:
-        """Broader search: quick (Optuna TPE, seeded, then local polish) or focused (deterministic sweep around the best region)."""
+        """Broader search: quick (Optuna TPE, seeded, then local polish), bayes (Gaussian-process Bayesian optimisation,
+        seeded) or focused (deterministic sweep around the best region)."""
         return await server.call(ctx, "search_plans", strategy=strategy, max_evals=max_evals or 500,
                                  time_s=time_s or DEFAULT_SEARCH_SECONDS, seed=seed, include_final=include_final)
 

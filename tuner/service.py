@@ -349,10 +349,10 @@ def bounded_exhaustive_search(ctx: Context, profile: str, max_evals: int | None 
 
 def search_plans(ctx: Context, strategy: str = "quick", max_evals: int = 500, time_s: float | None = None, seed: int = 0,
                  include_final: bool = True) -> dict[str, Any]:
-    """Broad search: ``quick`` (seeded TPE, then a local polish) or ``focused`` (deterministic sweep
-    around the best plan the history holds)."""
-    if strategy not in ("quick", "focused"):
-        raise ServiceError(f"strategy {quoted(strategy)} is not allowed (allowed: quick, focused)")
+    """Broad search: ``quick`` (seeded TPE, then a local polish), ``bayes`` (Gaussian-process Bayesian
+    optimisation, seeded) or ``focused`` (deterministic sweep around the best plan the history holds)."""
+    if strategy not in ("quick", "bayes", "focused"):
+        raise ServiceError(f"strategy {quoted(strategy)} is not allowed (allowed: quick, bayes, focused)")
     _positive("max_evals", max_evals, allow_none=False)
     _positive("time_s", time_s)
     start = None

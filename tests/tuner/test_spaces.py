@@ -155,18 +155,19 @@ def test_a_space_file_with_a_bad_coupled_group_exits_2_and_writes_nothing(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["toy.json.gz", "toy.t1.json"]
 
 
-@pytest.mark.parametrize("strategy", ["quick", "focused", "checkpoint", "exhaustive"])
+@pytest.mark.parametrize("strategy", ["quick", "bayes", "focused", "checkpoint", "exhaustive"])
 def test_every_strategy_runs_on_a_measured_cache_and_resumes(tmp_path, strategy):
     records = {(bx, t): 1.0 + abs(bx - 64) / 32 + t for bx in (32, 64, 128) for t in (1, 2)} | {(128, 2): "RuntimeFailedConfig"}
     toy_cache(tmp_path, records)
     command = {"quick": ["search_plans", "--strategy", "quick", "--max-evals", "5"],
+               "bayes": ["search_plans", "--strategy", "bayes", "--max-evals", "5"],
                "focused": ["search_plans", "--strategy", "focused", "--max-evals", "5"],
                "checkpoint": ["local_neighborhood_search", "--max-evals", "6"],
                "exhaustive": ["bounded_exhaustive_search", "--profile", "all"]}[strategy]
     out = _cli("--objective", "cache:toy.json.gz", "--json", *command, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert result["best"]["time"] == min(v for v in records.values() if isinstance(v, float)) or strategy in ("quick", "focused")
+    assert result["best"]["time"] == min(v for v in records.values() if isinstance(v, float)) or strategy in ("quick", "bayes", "focused")
     assert result["best"]["plan"] in [{"bx": b, "tile": t} for (b, t) in records] and "dev" not in result["best"]
     again = json.loads(_cli("--objective", "cache:toy.json.gz", "--json", *command, cwd=tmp_path).stdout)
     assert again["new_evaluations"] == 0

@@ -8,10 +8,11 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tuner.search import Outcome, Search
-from tuner.strategies import checkpoint, exhaustive, focused, quick
+from tuner.strategies import bayes, checkpoint, exhaustive, focused, quick
 
 STRATEGIES: dict[str, Callable[[Search], Outcome]] = {
     "quick": quick.run,
+    "bayes": bayes.run,
     "focused": focused.run,
     "checkpoint": checkpoint.run,
     "exhaustive": exhaustive.run,

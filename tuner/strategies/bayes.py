@@ -1,0 +1,161 @@
+"""``bayes``: Bayesian optimisation with Gaussian processes, for spaces of measured kernels.
+
+Two Gaussian processes with a Matérn 5/2 kernel (one length scale per knob) read the evaluations:
+an ordinal knob is its position (0 to 1), a nominal one its one-hot vector scaled so that two values
+lie one unit apart. The value process regresses the log-values (standardised), a failure (infeasible
+or incorrect) counting as the worst value seen. The failure process regresses the failure indicator
+(1: failed): the chance that a configuration fails, read from its neighbours, so that limits such
+as divisibility show where an additive model cannot see them. Each process's length scales and
+noise are chosen at every ask by the marginal likelihood, coordinate-wise over a grid. Each ask scores
+the candidate with the highest expected improvement times its chance of not failing. The candidates
+are the whole space where it holds at most ``CANDIDATES`` configurations, else that many drawn at
+random plus every single move from the three best and every one-step pair from the best; the
+cheaply infeasible and those scored before are left out. The first evaluations are ``quick``'s
+space-filling design. The processes hold at most ``WINDOW`` evaluations (the best and the most
+recent halves), so an ask's cost does not grow with the history. Lower values are better.
+"""
+
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from tuner.search import Outcome, Search
+from tuner.space import Space
+from tuner.strategies.neighbourhood import pairs, singles
+from tuner.strategies.quick import _feasible_design
+
+CANDIDATES = 20_000                 # a space this size or smaller is scored whole at each ask
+WINDOW = 200                        # evaluations the processes hold at most (an ask costs O(WINDOW**3))
+SCALES = np.geomspace(0.05, 5.0, 9)     # length scales tried per knob (positions span 0 to 1)
+NOISES = (1e-4, 1e-3, 1e-2, 1e-1)       # noise variances tried (standardised log-values)
+FIT_ROUNDS = 2                      # coordinate-wise rounds over the knobs' length scales
+LOCAL_STARTS = 3                    # best configurations whose single moves are always candidates
+_erf = np.vectorize(math.erf, otypes=[float])
+
+
+def features(space: Space, idx: np.ndarray) -> tuple[np.ndarray, list[slice]]:
+    """The kernel's inputs of configurations ``idx``, and each varying knob's columns among them."""
+    idx = np.asarray(idx, dtype=np.intp)
+    columns, spans, start = [], [], 0
+    for j, (size, ordinal) in enumerate(zip(space.sizes, space.ordinal, strict=True)):
+        if size > 1:
+            columns.append(idx[:, j:j + 1] / (size - 1) if ordinal else np.eye(size)[idx[:, j]] / math.sqrt(2))
+            spans.append(slice(start, start + columns[-1].shape[1]))
+            start += columns[-1].shape[1]
+    return np.concatenate(columns, axis=1) if columns else np.zeros((len(idx), 0)), spans
+
+
+def matern(a: np.ndarray, b: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """The Matérn 5/2 kernel (unit variance) between the rows of ``a`` and ``b``, inputs divided by ``scale``."""
+    a, b = a / scale, b / scale
+    d = np.sqrt(5 * np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None] - 2 * a @ b.T, 0))
+    return (1 + d + d * d / 3) * np.exp(-d)
+
+
+class Process:
+    """A zero-mean Gaussian process on inputs ``x`` with targets ``y``, the kernel's ``scale`` and ``noise``."""
+
+    def __init__(self, x: np.ndarray, y: np.ndarray, scale: np.ndarray, noise: float) -> None:
+        self.scale, self.noise = scale, noise
+        self.chol = np.linalg.cholesky(matern(x, x, scale) + noise * np.eye(len(x)))
+        self.alpha = np.linalg.solve(self.chol.T, np.linalg.solve(self.chol, y))
+        self.fit = 0.5 * y @ self.alpha + np.log(np.diag(self.chol)).sum()      # negative log marginal likelihood
+
+    def predict(self, cross: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """Posterior mean and standard deviation at the inputs whose kernel with this process's is ``cross``."""
+        v = np.linalg.solve(self.chol, cross.T)
+        return cross @ self.alpha, np.sqrt(np.maximum(1 + self.noise - (v * v).sum(0), 1e-12))
+
+
+def _try(x: np.ndarray, y: np.ndarray, scale: np.ndarray, noise: float) -> Process | None:
+    try:
+        return Process(x, y, scale, noise)
+    except np.linalg.LinAlgError:
+        return None
+
+
+def fitted(x: np.ndarray, y: np.ndarray, spans: list[slice]) -> Process:
+    """The value process with the length scales (per knob) and noise of the best marginal likelihood found
+    coordinate-wise over ``SCALES`` and ``NOISES``, from unit scales and noise 1e-2."""
+    scale, noise = np.ones(x.shape[1]), 1e-2
+    best = _try(x, y, scale, noise) or Process(x, y, scale, NOISES[-1])
+    for _ in range(FIT_ROUNDS):
+        for span in spans:
+            for value in SCALES:
+                trial = best.scale.copy()
+                trial[span] = value
+                if (p := _try(x, y, trial, best.noise)) is not None and p.fit < best.fit:
+                    best = p
+        for noise in NOISES:
+            if (p := _try(x, y, best.scale, noise)) is not None and p.fit < best.fit:
+                best = p
+    return best
+
+
+def _window(values: np.ndarray) -> np.ndarray:
+    """Positions of the evaluations the processes hold: all of them up to ``WINDOW``, else the best and the most
+    recent halves (ties by position, so the same evaluations give the same window)."""
+    if len(values) <= WINDOW:
+        return np.arange(len(values))
+    best = np.argsort(values, kind="stable")[:WINDOW // 2]
+    return np.union1d(best, np.arange(len(values) - WINDOW // 2, len(values)))
+
+
+def _candidates(search: Search, idx: np.ndarray, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    space = search.space
+    total = int(np.prod(space.sizes.astype(float)))
+    if total <= CANDIDATES:
+        pool = np.stack(np.unravel_index(np.arange(total), tuple(int(s) for s in space.sizes)), axis=1)
+    else:
+        best = [idx[i] for i in np.argsort(values, kind="stable")[:LOCAL_STARTS] if np.isfinite(values[i])]
+        pool = np.concatenate([np.stack([rng.integers(0, s, CANDIDATES) for s in space.sizes], axis=1)]
+                              + [singles(space, b) for b in best] + [pairs(space, b) for b in best[:1]])
+    pool = pool.astype(np.int16)
+    keys, first = np.unique(_rows(pool), return_index=True)
+    pool = pool[first[~np.isin(keys, _rows(idx.astype(np.int16)))]]         # each configuration once, none scored before
+    return pool[search.objective.feasible(pool)]
+
+
+def _rows(idx: np.ndarray) -> np.ndarray:
+    """Each row of ``idx`` as one opaque value (for set operations on configurations)."""
+    idx = np.ascontiguousarray(idx)
+    return idx.view(np.dtype((np.void, idx.dtype.itemsize * idx.shape[1]))).ravel()
+
+
+def propose(search: Search, rng: np.random.Generator) -> np.ndarray | None:
+    """The next configuration to score (``None`` when every candidate was scored)."""
+    space = search.space
+    every, scores = search.evaluated()
+    pool = _candidates(search, every, scores, rng)          # none scored before, in the window or not
+    kept = _window(scores)
+    idx, values = every[kept], scores[kept]
+    ok = np.isfinite(values)
+    if not len(pool) or ok.sum() < 2:
+        return pool[rng.integers(len(pool))] if len(pool) else None
+    x, spans = features(space, idx)
+    at, _ = features(space, pool)
+    logs = np.log(values[ok])
+    y = np.zeros(len(values))
+    y[ok] = (logs - logs.mean()) / (logs.std() or 1.0)
+    y[~ok] = y[ok].max()                            # a failure counts as the worst value seen: steps away from it
+    value = fitted(x, y, spans)
+    mean, sd = value.predict(matern(at, x, value.scale))
+    z = (y[ok].min() - mean) / sd
+    gain = sd * (z * 0.5 * (1 + _erf(z / math.sqrt(2))) + np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi))
+    if not ok.all():
+        failed = (~ok).astype(float)
+        failure = fitted(x, failed - failed.mean(), spans)
+        gain *= 1 - np.clip(matern(at, x, failure.scale) @ failure.alpha + failed.mean(), 0, 1)
+    return pool[int(np.argmax(gain))]
+
+
+def run(search: Search) -> Outcome:
+    rng = np.random.default_rng(search.seed)                # each cooperating worker a stream of its own
+    search.evaluate(_feasible_design(search, rng), {"phase": "design"})
+    for _ in range(20 * search.spec.max_evals):             # bounded: another worker may be scoring a proposal
+        if search.stop_reason() is not None or (pick := propose(search, rng)) is None:
+            break
+        search.evaluate(pick[None], {"phase": "bayes"})
+    return search.finish(search.top(), search.stop_reason() or "converged")
