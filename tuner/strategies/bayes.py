@@ -22,9 +22,9 @@ import math
 import numpy as np
 
 from tuner.search import Outcome, Search
-from tuner.space import Space
+from tuner.space import WHOLE_SPACE, Space, load_profile
 from tuner.strategies.neighbourhood import pairs, singles
-from tuner.strategies.quick import _feasible_design
+from tuner.strategies.quick import feasible_design
 
 CANDIDATES = 20_000                 # a space this size or smaller is scored whole at each ask
 WINDOW = 200                        # evaluations the processes hold at most (an ask costs O(WINDOW**3))
@@ -77,8 +77,8 @@ def _try(x: np.ndarray, y: np.ndarray, scale: np.ndarray, noise: float) -> Proce
 
 
 def fitted(x: np.ndarray, y: np.ndarray, spans: list[slice]) -> Process:
-    """The value process with the length scales (per knob) and noise of the best marginal likelihood found
-    coordinate-wise over ``SCALES`` and ``NOISES``, from unit scales and noise 1e-2."""
+    """The process on ``x`` and ``y`` with the length scales (per knob) and noise of the best marginal likelihood
+    found coordinate-wise over ``SCALES`` and ``NOISES``, from unit scales and noise 1e-2."""
     scale, noise = np.ones(x.shape[1]), 1e-2
     best = _try(x, y, scale, noise) or Process(x, y, scale, NOISES[-1])
     for _ in range(FIT_ROUNDS):
@@ -105,9 +105,8 @@ def _window(values: np.ndarray) -> np.ndarray:
 
 def _candidates(search: Search, idx: np.ndarray, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     space = search.space
-    total = int(np.prod(space.sizes.astype(float)))
-    if total <= CANDIDATES:
-        pool = np.stack(np.unravel_index(np.arange(total), tuple(int(s) for s in space.sizes)), axis=1)
+    if space.size <= CANDIDATES:
+        pool = load_profile(WHOLE_SPACE, space).plans(0, space.size)
     else:
         best = [idx[i] for i in np.argsort(values, kind="stable")[:LOCAL_STARTS] if np.isfinite(values[i])]
         pool = np.concatenate([np.stack([rng.integers(0, s, CANDIDATES) for s in space.sizes], axis=1)]
@@ -153,7 +152,7 @@ def propose(search: Search, rng: np.random.Generator) -> np.ndarray | None:
 
 def run(search: Search) -> Outcome:
     rng = np.random.default_rng(search.seed)                # each cooperating worker a stream of its own
-    search.evaluate(_feasible_design(search, rng), {"phase": "design"})
+    search.evaluate(feasible_design(search, rng), {"phase": "design"})
     for _ in range(20 * search.spec.max_evals):             # bounded: another worker may be scoring a proposal
         if search.stop_reason() is not None or (pick := propose(search, rng)) is None:
             break

@@ -42,7 +42,8 @@ def design(space: Space, count: int, rng: np.random.Generator) -> np.ndarray:
     return np.stack(columns, axis=1).astype(np.int16).reshape(count, len(space.knobs))
 
 
-def _feasible_design(search: Search, rng: np.random.Generator) -> np.ndarray:
+def feasible_design(search: Search, rng: np.random.Generator) -> np.ndarray:
+    """The first ``STARTUP_TRIALS`` configurations of a search: :func:`design`, rows the objective rules out redrawn."""
     rows = design(search.space, STARTUP_TRIALS, rng)
     for _ in range(DESIGN_TRIES):
         bad = ~search.objective.feasible(rows)
@@ -116,7 +117,7 @@ def run(search: Search) -> Outcome:
     tpe = _Tpe(search)
     tpe.tell_seen()                                       # resume: TPE remembers what earlier runs scored
     if not tpe.told:
-        search.evaluate(_feasible_design(search, np.random.default_rng(search.spec.seed)), {"phase": "design"})
+        search.evaluate(feasible_design(search, np.random.default_rng(search.spec.seed)), {"phase": "design"})
         tpe.tell_seen()
     polished: set[str] = set()
     budget = search.spec.max_evals
