@@ -13,6 +13,8 @@
 5. growth of quick's cost: ms/trial at 500 and at 5,000 evaluations (durable history), and the ratio.
 6. ms per TPE ask with a full window of trials: Optuna's default TPESampler (multivariate) over categorical
    knobs, the algorithm ``tuner.strategies.parzen.Parzen`` implements, beside it, told the same trials.
+7. ms per ``bayes`` ask with 100, 200 and 1,000 random feasible plans scored, and the ratio of the last two: its
+   processes hold at most ``WINDOW`` (200) evaluations, so the cost stops growing there.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from tuner.objectives.builtin import BuiltinObjective
 from tuner.plan import KNOBS, PROFILE_DIR, SPACE, encode
 from tuner.search import Search, Spec
 from tuner.space import load_profile
-from tuner.strategies import STRATEGIES
+from tuner.strategies import STRATEGIES, bayes
 from tuner.strategies.parzen import Parzen
 from tuner.workspace import Workspace
 
@@ -198,15 +200,33 @@ def ask_cost(trials: int = 300, asks: int = 50) -> None:
           f"Parzen {ours:.2f} ({theirs / ours:.0f}x)")
 
 
+def bayes_cost(held: tuple[int, ...] = (100, 200, 1000), asks: int = 5) -> None:
+    """ms per ``bayes`` ask (both processes fitted, every candidate scored) with ``held`` random feasible plans scored."""
+    figures = {}
+    for count in held:
+        rng = np.random.default_rng(0)
+        search = Search(_history(), BuiltinObjective(), Spec(strategy="bayes", mode="dev", max_evals=count + asks, seed=0))
+        plans = np.stack([rng.integers(0, s, 20 * count) for s in SPACE.sizes], axis=1).astype(np.int16)
+        search.evaluate(plans[search.objective.feasible(plans)][:count], {"phase": "random"})
+        start = time.perf_counter()
+        for _ in range(asks):
+            bayes.propose(search, rng)
+        figures[count] = (time.perf_counter() - start) / asks * 1e3
+    shown = ", ".join(f"{ms:.0f} with {count:,}" for count, ms in figures.items())
+    print(f"7. ms per bayes ask ({len(SPACE.knobs)} knobs): {shown} evaluations held "
+          f"(ratio {figures[held[-1]] / figures[held[-2]]:.2f})")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--seeds", type=int, default=10)
     parser.add_argument("--budget", type=int, default=500)
-    parser.add_argument("--only-growth", action="store_true", help="measure only the cost figures 5 and 6")
+    parser.add_argument("--only-growth", action="store_true", help="measure only the cost figures 5 to 7")
     args = parser.parse_args()
     if args.only_growth:
         growth()
         ask_cost()
+        bayes_cost()
         return
     core = exhaustive()
     relaxed = STRATEGIES["exhaustive"](Search(_history(), BuiltinObjective(), Spec(
@@ -216,6 +236,7 @@ def main() -> None:
     quality(args.seeds, args.budget, min(core, relaxed))
     growth()
     ask_cost()
+    bayes_cost()
 
 
 if __name__ == "__main__":

@@ -17,6 +17,7 @@ recent halves), so an ask's cost does not grow with the history. Lower values ar
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -47,21 +48,39 @@ def features(space: Space, idx: np.ndarray) -> tuple[np.ndarray, list[slice]]:
     return np.concatenate(columns, axis=1) if columns else np.zeros((len(idx), 0)), spans
 
 
-def matern(a: np.ndarray, b: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """The Matérn 5/2 kernel (unit variance) between the rows of ``a`` and ``b``, inputs divided by ``scale``."""
+def squared(a: np.ndarray, b: np.ndarray, scale: np.ndarray) -> np.ndarray:
+    """Squared distances between the rows of ``a`` and ``b``, inputs divided by ``scale``."""
     a, b = a / scale, b / scale
-    d = np.sqrt(5 * np.maximum((a * a).sum(1)[:, None] + (b * b).sum(1)[None] - 2 * a @ b.T, 0))
+    return (a * a).sum(1)[:, None] + (b * b).sum(1)[None] - 2 * a @ b.T
+
+
+def matern(sq: np.ndarray) -> np.ndarray:
+    """The Matérn 5/2 kernel (unit variance) at squared (scaled) distances ``sq``."""
+    d = np.sqrt(5 * np.maximum(sq, 0))
     return (1 + d + d * d / 3) * np.exp(-d)
 
 
 class Process:
-    """A zero-mean Gaussian process on inputs ``x`` with targets ``y``, the kernel's ``scale`` and ``noise``."""
+    """A zero-mean Gaussian process with targets ``y``, its inputs' kernel matrix ``gram`` (length scales ``scale``) and ``noise``.
 
-    def __init__(self, x: np.ndarray, y: np.ndarray, scale: np.ndarray, noise: float) -> None:
-        self.scale, self.noise = scale, noise
-        self.chol = np.linalg.cholesky(matern(x, x, scale) + noise * np.eye(len(x)))
-        self.alpha = np.linalg.solve(self.chol.T, np.linalg.solve(self.chol, y))
-        self.fit = 0.5 * y @ self.alpha + np.log(np.diag(self.chol)).sum()      # negative log marginal likelihood
+    ``fit`` (its negative log marginal likelihood) costs one Cholesky factorisation: that of the kernel matrix
+    bordered by ``y``, whose last row is ``chol^-1 y``. The weights of predictions are solved only when asked for,
+    once per process kept."""
+
+    def __init__(self, gram: np.ndarray, y: np.ndarray, scale: np.ndarray, noise: float) -> None:
+        self.scale, self.noise, n = scale, noise, len(y)
+        bordered = np.empty((n + 1, n + 1))
+        bordered[:n, :n] = gram + noise * np.eye(n)
+        bordered[n, :n] = bordered[:n, n] = y
+        bordered[n, n] = y @ y / noise + 1.0       # exceeds y' K^-1 y (K's eigenvalues exceed noise): the factor exists
+        factor = np.linalg.cholesky(bordered)
+        self.chol, self.white = factor[:n, :n], factor[n, :n]
+        self.fit = 0.5 * self.white @ self.white + np.log(np.diag(self.chol)).sum()
+
+    @functools.cached_property
+    def alpha(self) -> np.ndarray:
+        """``K^-1 y``: the weights of the posterior mean."""
+        return np.linalg.solve(self.chol.T, self.white)
 
     def predict(self, cross: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Posterior mean and standard deviation at the inputs whose kernel with this process's is ``cross``."""
@@ -69,27 +88,30 @@ class Process:
         return cross @ self.alpha, np.sqrt(np.maximum(1 + self.noise - (v * v).sum(0), 1e-12))
 
 
-def _try(x: np.ndarray, y: np.ndarray, scale: np.ndarray, noise: float) -> Process | None:
-    try:
-        return Process(x, y, scale, noise)
-    except np.linalg.LinAlgError:
-        return None
-
-
 def fitted(x: np.ndarray, y: np.ndarray, spans: list[slice]) -> Process:
     """The process on ``x`` and ``y`` with the length scales (per knob) and noise of the best marginal likelihood
-    found coordinate-wise over ``SCALES`` and ``NOISES``, from unit scales and noise 1e-2."""
-    scale, noise = np.ones(x.shape[1]), 1e-2
-    best = _try(x, y, scale, noise) or Process(x, y, scale, NOISES[-1])
+    found coordinate-wise over ``SCALES`` and ``NOISES``, from unit scales and noise 1e-2. Each knob's squared
+    distances are computed once: a trial scale changes one term of their sum."""
+    parts = [((x[:, None, span] - x[None, :, span]) ** 2).sum(-1) for span in spans]
+
+    def attempt(scale: np.ndarray, sq: np.ndarray, noise: float) -> Process | None:
+        try:
+            return Process(matern(sq), y, scale, noise)
+        except np.linalg.LinAlgError:
+            return None
+
+    scale, sq = np.ones(x.shape[1]), np.sum(parts, axis=0) if parts else np.zeros((len(y), len(y)))
+    best = attempt(scale, sq, 1e-2) or Process(matern(sq), y, scale, NOISES[-1])
     for _ in range(FIT_ROUNDS):
-        for span in spans:
+        for part, span in zip(parts, spans, strict=True):
             for value in SCALES:
                 trial = best.scale.copy()
                 trial[span] = value
-                if (p := _try(x, y, trial, best.noise)) is not None and p.fit < best.fit:
-                    best = p
+                moved = sq + part * (value ** -2.0 - best.scale[span.start] ** -2.0)
+                if (p := attempt(trial, moved, best.noise)) is not None and p.fit < best.fit:
+                    best, sq = p, moved
         for noise in NOISES:
-            if (p := _try(x, y, best.scale, noise)) is not None and p.fit < best.fit:
+            if (p := attempt(best.scale, sq, noise)) is not None and p.fit < best.fit:
                 best = p
     return best
 
@@ -140,13 +162,13 @@ def propose(search: Search, rng: np.random.Generator) -> np.ndarray | None:
     y[ok] = (logs - logs.mean()) / (logs.std() or 1.0)
     y[~ok] = y[ok].max()                            # a failure counts as the worst value seen: steps away from it
     value = fitted(x, y, spans)
-    mean, sd = value.predict(matern(at, x, value.scale))
+    mean, sd = value.predict(matern(squared(at, x, value.scale)))
     z = (y[ok].min() - mean) / sd
     gain = sd * (z * 0.5 * (1 + _erf(z / math.sqrt(2))) + np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi))
     if not ok.all():
         failed = (~ok).astype(float)
         failure = fitted(x, failed - failed.mean(), spans)
-        gain *= 1 - np.clip(matern(at, x, failure.scale) @ failure.alpha + failed.mean(), 0, 1)
+        gain *= 1 - np.clip(matern(squared(at, x, failure.scale)) @ failure.alpha + failed.mean(), 0, 1)
     return pool[int(np.argmax(gain))]
 
 
