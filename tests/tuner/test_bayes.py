@@ -83,14 +83,16 @@ def test_the_window_keeps_the_best_half_and_the_most_recent_half(monkeypatch):
     assert bayes._window(values[:4]).tolist() == [0, 1, 2, 3]
 
 
-def test_candidates_are_new_feasible_and_each_once(tmp_path, cache):
+def test_candidates_are_new_feasible_not_left_out_and_each_once(tmp_path, cache):
     search = _search(tmp_path, cache, 0, 12)
     bayes.run(search)
     idx, values = search.evaluated()
-    pool = bayes._candidates(search, idx, values, np.random.default_rng(0))
-    assert len(pool) == 360 - len(idx)
+    everything = bayes._candidates(search, idx, values, idx[:0], np.random.default_rng(0))
+    left_out = everything[:5]                                   # as if other workers were scoring them
+    pool = bayes._candidates(search, idx, values, left_out, np.random.default_rng(0))
+    assert len(everything) == 360 - len(idx) and len(pool) == 360 - len(idx) - 5
     assert len({row.tobytes() for row in pool}) == len(pool)
-    assert not {row.tobytes() for row in pool} & {row.tobytes() for row in idx.astype(np.int16)}
+    assert not {row.tobytes() for row in pool} & {row.tobytes() for row in np.concatenate([idx, left_out]).astype(np.int16)}
 
 
 def test_a_declared_restriction_is_never_scored(tmp_path):
@@ -106,3 +108,32 @@ def test_a_declared_restriction_is_never_scored(tmp_path):
     values = np.fromiter(search.seen.values(), float)
     assert outcome.evaluations == len(values) == 40 and np.isfinite(values).all()
     assert outcome.best is not None and outcome.best.value == 1.0
+
+
+def test_a_proposal_another_worker_is_scoring_is_left_out_until_its_value_arrives(tmp_path, cache, monkeypatch):
+    """Worker A holds (claimed, not scored) the 60 best configurations. Worker B's asks reach them and learn that A is
+    scoring them: B proposes each at most once and goes on with others, instead of asking for the same one again
+    until A's value arrives (on a space it scores whole, B's choice is deterministic)."""
+    history = History(f"sqlite:///{tmp_path / 'shared.db'}")
+    spec = Spec(strategy="bayes", mode="time", max_evals=100, seed=0)
+    a = Search(history, cache, spec)
+    combos = list(itertools.product(*PARAMS.values()))
+    best = sorted((v, c) for c, v in ((c, _time(*c)) for c in combos) if not isinstance(v, str))[:60]
+    held = {cache.space.hash_idx(cache.space.encode(dict(zip(PARAMS, c, strict=True)))) for _, c in best}
+    a.worker.claim([(f"plan:{h}", 0, None) for h in held], spec.max_evals)
+    proposed: list[str] = []
+    real = bayes.propose
+
+    def recording(search: Search, rng: np.random.Generator, pending: np.ndarray | None = None) -> np.ndarray | None:
+        pick = real(search, rng, pending)
+        proposed.append(search.space.hash_idx(pick))
+        return pick
+
+    monkeypatch.setattr(bayes, "propose", recording)
+    b = Search(history, cache, spec, should_stop=lambda: len(proposed) >= 30)
+    assert b.seed != a.seed
+    assert bayes.run(b).stopped == "cancelled"
+    assert held & set(proposed)                                 # B's asks reached what A holds
+    assert len(set(proposed)) == len(proposed) == 30            # and none twice
+    assert not held & set(b.seen)
+    a.close()

@@ -12,7 +12,9 @@ are the whole space where it holds at most ``CANDIDATES`` configurations, else t
 random plus every single move from the three best and every one-step pair from the best; the
 cheaply infeasible and those scored before are left out. The first evaluations are ``quick``'s
 space-filling design. The processes hold at most ``WINDOW`` evaluations (the best and the most
-recent halves), so an ask's cost does not grow with the history. Lower values are better.
+recent halves), so an ask's cost does not grow with the history. A proposal another worker of the
+study is scoring is left out of later asks until its value arrives, so cooperating workers propose
+apart. Lower values are better.
 """
 
 from __future__ import annotations
@@ -125,7 +127,7 @@ def _window(values: np.ndarray) -> np.ndarray:
     return np.union1d(best, np.arange(len(values) - WINDOW // 2, len(values)))
 
 
-def _candidates(search: Search, idx: np.ndarray, values: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+def _candidates(search: Search, idx: np.ndarray, values: np.ndarray, left_out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
     space = search.space
     if space.size <= CANDIDATES:
         pool = load_profile(WHOLE_SPACE, space).plans(0, space.size)
@@ -135,7 +137,7 @@ def _candidates(search: Search, idx: np.ndarray, values: np.ndarray, rng: np.ran
                               + [singles(space, b) for b in best] + [pairs(space, b) for b in best[:1]])
     pool = pool.astype(np.int16)
     keys, first = np.unique(_rows(pool), return_index=True)
-    pool = pool[first[~np.isin(keys, _rows(idx.astype(np.int16)))]]         # each configuration once, none scored before
+    pool = pool[first[~np.isin(keys, _rows(np.concatenate([idx, left_out]).astype(np.int16)))]]   # each once, none scored or left out
     return pool[search.objective.feasible(pool)]
 
 
@@ -145,11 +147,13 @@ def _rows(idx: np.ndarray) -> np.ndarray:
     return idx.view(np.dtype((np.void, idx.dtype.itemsize * idx.shape[1]))).ravel()
 
 
-def propose(search: Search, rng: np.random.Generator) -> np.ndarray | None:
-    """The next configuration to score (``None`` when every candidate was scored)."""
+def propose(search: Search, rng: np.random.Generator, pending: np.ndarray | None = None) -> np.ndarray | None:
+    """The next configuration to score, never one scored before or one of ``pending`` (configurations other
+    workers are scoring); ``None`` when no candidate is left."""
     space = search.space
     every, scores = search.evaluated()
-    pool = _candidates(search, every, scores, rng)          # none scored before, in the window or not
+    left_out = np.empty((0, len(space.knobs)), dtype=np.int16) if pending is None else pending
+    pool = _candidates(search, every, scores, left_out, rng)          # in the window or not
     kept = _window(scores)
     idx, values = every[kept], scores[kept]
     ok = np.isfinite(values)
@@ -175,8 +179,11 @@ def propose(search: Search, rng: np.random.Generator) -> np.ndarray | None:
 def run(search: Search) -> Outcome:
     rng = np.random.default_rng(search.seed)                # each cooperating worker a stream of its own
     search.evaluate(feasible_design(search, rng), {"phase": "design"})
-    for _ in range(20 * search.spec.max_evals):             # bounded: another worker may be scoring a proposal
-        if search.stop_reason() is not None or (pick := propose(search, rng)) is None:
+    pending: dict[str, np.ndarray] = {}         # proposals other workers are scoring: left out until their values arrive,
+    for _ in range(20 * search.spec.max_evals):             # or each worker would propose the same one until then
+        rows = np.array(list(pending.values()), dtype=np.int16).reshape(-1, len(search.space.knobs))
+        if search.stop_reason() is not None or (pick := propose(search, rng, rows)) is None:
             break
         search.evaluate(pick[None], {"phase": "bayes"})
+        pending = {h: row for h, row in (pending | dict.fromkeys(search.elsewhere, pick)).items() if h not in search.seen}
     return search.finish(search.top(), search.stop_reason() or "converged")
