@@ -13,6 +13,9 @@
    status), duplicate evaluations (the survivors' new evaluations plus what the killed recorded,
    against the cache rows and claims), lost work (claims never done, members against claims), and
    whether the profile's ranges tile it once.
+3. BLAS threads: evaluations in the same time of 4 workers of ``quick`` and of ``bayes`` on the
+   model objective, each process with one BLAS thread (the tuner's default) and with one per core
+   (OpenBLAS's own default), and the ratio.
 
 PostgreSQL comes from the machine's server binaries (a throwaway cluster, as the tests start one).
 """
@@ -38,6 +41,7 @@ sys.path.insert(0, str(ROOT / "tests"))
 from postgres_cluster import cluster, create_database  # noqa: E402
 from sqlalchemy import text  # noqa: E402
 
+from tuner import BLAS_THREADS  # noqa: E402
 from tuner.claims import audit  # noqa: E402
 from tuner.history import History  # noqa: E402
 
@@ -61,15 +65,15 @@ def _workspace(root: Path, sleeping: bool) -> Path:
     return workspace
 
 
-def _tuner(workspace: Path, history: str, objective: str, *args: str) -> subprocess.Popen:
+def _tuner(workspace: Path, history: str, objective: str, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", history, "--objective", objective,
-                             "--json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+                             "--json", *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=env)
 
 
 def _search(strategy: str, budget: str, seconds: float | None = None) -> list[str]:
     timed = ["--time-s", str(seconds)] if seconds else []
-    if strategy == "quick":
-        return ["search_plans", "--seed", "1", "--max-evals", budget, "--include-final", "false", *timed]
+    if strategy != "exhaustive":
+        return ["search_plans", "--strategy", strategy, "--seed", "1", "--max-evals", budget, "--include-final", "false", *timed]
     return ["bounded_exhaustive_search", "--profile", PROFILE, "--max-evals", budget, "--include-final", "false", *timed]
 
 
@@ -91,17 +95,36 @@ def throughput(urls: dict[str, Callable[[str], str]], workspace: Path, counts: l
                 history_url = url(f"{strategy}{n}")
                 cpu, started = _cpu_seconds(), time.perf_counter()
                 processes = [_tuner(workspace, history_url, "command", *_search(strategy, "1000000", seconds)) for _ in range(n)]
-                outputs = [p.communicate() for p in processes]
+                done = _done(processes, history_url)
+                rates.append(done / seconds)
                 busy = (_cpu_seconds() - cpu) / (time.perf_counter() - started)
-                failed = [err[-500:] for p, (_, err) in zip(processes, outputs, strict=True) if p.returncode != 0]
-                if failed:
-                    raise SystemExit(f"a worker failed: {failed[0]}")
-                study = json.loads(outputs[0][0])["study"]
-                history = History(history_url)
-                rates.append(audit(history, study)["done"] / seconds)
-                history.close()
             print(f"   {kind:<11}{strategy:<12}" + "".join(f"{r:>10.1f}" for r in rates) + f"{rates[-1] / rates[0]:>11.2f}x"
                   f"{f'({busy:.1f})':>8}")
+
+
+def _done(processes: list[subprocess.Popen], history_url: str) -> int:
+    """The evaluations the study of ``processes`` (finished workers of one search) recorded."""
+    outputs = [p.communicate() for p in processes]
+    failed = [err[-500:] for p, (_, err) in zip(processes, outputs, strict=True) if p.returncode != 0]
+    if failed:
+        raise SystemExit(f"a worker failed: {failed[0]}")
+    history = History(history_url)
+    done = audit(history, json.loads(outputs[0][0])["study"])["done"]
+    history.close()
+    return done
+
+
+def blas_threads(root: Path, workspace: Path, workers: int, seconds: float) -> None:
+    cores = str(os.cpu_count() or 1)
+    print(f"3. evaluations in {seconds:g} s of {workers} workers on the model objective (SQLite): one BLAS thread per process "
+          f"(the default) against {cores} (one per core)")
+    for strategy in ("quick", "bayes"):
+        done = {}
+        for threads in ("1", cores):
+            url, env = f"sqlite:///{root / f'blas-{strategy}-{threads}'}.db", {**os.environ, **dict.fromkeys(BLAS_THREADS, threads)}
+            done[threads] = _done([_tuner(workspace, url, "builtin", *_search(strategy, "1000000", seconds), env=env)
+                                   for _ in range(workers)], url)
+        print(f"   {strategy:<8}{done['1']:>8,} against {done[cores]:>8,} ({done['1'] / max(done[cores], 1):.2f}x)")
 
 
 def _kill_holders(history: History, processes: list[subprocess.Popen], kills: int) -> list[subprocess.Popen]:
@@ -166,6 +189,7 @@ def main() -> None:
                     "PostgreSQL": lambda name: create_database(server, name)}
             throughput(urls, sleeping, args.workers, args.seconds)
             crowd(create_database(server, "crowd"), model, args.crowd, args.kills)
+        blas_threads(root, model, 4, args.seconds)
     finally:
         shutil.rmtree(root, ignore_errors=True)
 

@@ -14,6 +14,7 @@ import pytest
 from conftest import ROOT
 from sqlalchemy import text
 
+from tuner import BLAS_THREADS
 from tuner.claims import STALE_S, Worker, audit
 from tuner.history import WORKERS, History, Row
 from tuner.plan import SPACE
@@ -166,6 +167,18 @@ def test_workers_option_runs_one_study_in_n_processes(workspace):
                           "and f.mode = 'final' where d.mode = 'dev' and d.correct = 1 order by f.correct desc, d.best_cycles limit 1")
     assert (result["best"]["dev"], result["best"]["final_correct"]) == (best[0][0], bool(best[0][1]))
     history.close()
+
+
+@pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("3", "3")])
+def test_a_tuner_process_and_its_workers_get_one_blas_thread_unless_the_environment_says(given, expected):
+    """Processes sharing a machine, each with a BLAS thread per core, slow one another down many times over."""
+    env = {name: value for name, value in os.environ.items() if name not in BLAS_THREADS}
+    env.update({"OPENBLAS_NUM_THREADS": given} if given else {})
+    code = ("import os, tuner, numpy\nfrom tuner.workers import slot_environments\n"
+            "print(os.environ['OPENBLAS_NUM_THREADS'], slot_environments(2, [])[1]['OPENBLAS_NUM_THREADS'], os.environ['OMP_NUM_THREADS'])")
+    done = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, cwd=ROOT, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == [expected, expected, "1"]
 
 
 def test_a_bad_worker_env_is_refused_before_any_worker_starts(workspace):
