@@ -193,7 +193,7 @@ def main() -> None:
             raise SystemExit("Kernel Tuner is missing: pip install -e '.[perf]' (or pass --methods without its strategies)") from None
     caches = sorted(p for p in args.caches.glob("*.json*") if not p.name.endswith(".t1.json")
                     and (args.only is None or p.name.startswith(tuple(args.only))))
-    with multiprocessing.Pool(args.jobs) as pool:
+    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:         # one BLAS thread each (see tuner)
         for cache, t1 in ((c, t1) for c in caches for t1 in _t1_files(c, args.spaces)):   # each table once its runs are done
             jobs = [(cache.name, str(cache), str(t1) if t1 else None, m, s, args.budget) for m in methods for s in range(args.seeds)]
             curves: dict[str, list[np.ndarray]] = {m: [] for m in methods}
