@@ -82,7 +82,7 @@ def main() -> None:
     caches = sorted(p for p in args.caches.glob("*.json*") if not p.name.endswith(".t1.json"))
     problems = [("tensor", None)] + [(str(c), str(t1) if t1 else None) for c in caches for t1 in _t1_files(c, args.spaces)]
     results: dict[tuple[str, str | None, str], list[float]] = {}
-    with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:         # one BLAS thread each (see tuner)
+    with multiprocessing.Pool(args.jobs) as pool:
         jobs = [(cache, t1, order, seed) for cache, t1 in problems for order in ORDERS for seed in range(args.seeds)]
         for cache, t1, order, value in pool.imap_unordered(_run, jobs):
             results.setdefault((cache, t1, order), []).append(value)
