@@ -201,6 +201,8 @@ def main() -> None:
                 curves[method].append(fraction)
             known = f"restrictions of {t1.parent.name}/{t1.name}" if t1 else "no T1 file: no restrictions"
             _report(f"{cache.name} ({known})", curves, args.budget)
+        pool.close()                        # the processes end on their own: a terminated one leaves its semaphores behind
+        pool.join()
 
 
 if __name__ == "__main__":
