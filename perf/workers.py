@@ -95,21 +95,26 @@ def throughput(urls: dict[str, Callable[[str], str]], workspace: Path, counts: l
                 history_url = url(f"{strategy}{n}")
                 cpu, started = _cpu_seconds(), time.perf_counter()
                 processes = [_tuner(workspace, history_url, "command", *_search(strategy, "1000000", seconds)) for _ in range(n)]
-                done = _done(processes, history_url)
-                rates.append(done / seconds)
+                study = _finished(processes)
                 busy = (_cpu_seconds() - cpu) / (time.perf_counter() - started)
+                rates.append(_recorded(history_url, study) / seconds)
             print(f"   {kind:<11}{strategy:<12}" + "".join(f"{r:>10.1f}" for r in rates) + f"{rates[-1] / rates[0]:>11.2f}x"
                   f"{f'({busy:.1f})':>8}")
 
 
-def _done(processes: list[subprocess.Popen], history_url: str) -> int:
-    """The evaluations the study of ``processes`` (finished workers of one search) recorded."""
+def _finished(processes: list[subprocess.Popen]) -> str:
+    """Wait for the workers of one search; its study (any worker's failure ends the measurement)."""
     outputs = [p.communicate() for p in processes]
     failed = [err[-500:] for p, (_, err) in zip(processes, outputs, strict=True) if p.returncode != 0]
     if failed:
         raise SystemExit(f"a worker failed: {failed[0]}")
+    return json.loads(outputs[0][0])["study"]
+
+
+def _recorded(history_url: str, study: str) -> int:
+    """The evaluations ``study`` recorded (its done claims)."""
     history = History(history_url)
-    done = audit(history, json.loads(outputs[0][0])["study"])["done"]
+    done = audit(history, study)["done"]
     history.close()
     return done
 
@@ -122,8 +127,8 @@ def blas_threads(root: Path, workspace: Path, workers: int, seconds: float) -> N
         done = {}
         for threads in ("1", cores):
             url, env = f"sqlite:///{root / f'blas-{strategy}-{threads}'}.db", {**os.environ, **dict.fromkeys(BLAS_THREADS, threads)}
-            done[threads] = _done([_tuner(workspace, url, "builtin", *_search(strategy, "1000000", seconds), env=env)
-                                   for _ in range(workers)], url)
+            processes = [_tuner(workspace, url, "builtin", *_search(strategy, "1000000", seconds), env=env) for _ in range(workers)]
+            done[threads] = _recorded(url, _finished(processes))
         print(f"   {strategy:<8}{done['1']:>8,} against {done[cores]:>8,} ({done['1'] / max(done[cores], 1):.2f}x)")
 
 
