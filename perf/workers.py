@@ -35,15 +35,16 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from sqlalchemy import text
+
+from tuner import BLAS_THREADS
+from tuner.claims import audit
+from tuner.history import History
+
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "tests"))
+sys.path.insert(0, str(ROOT / "tests"))        # after the imports of tuner: tests/tuner would stand in for the package
 
 from postgres_cluster import cluster, create_database  # noqa: E402
-from sqlalchemy import text  # noqa: E402
-
-from tuner import BLAS_THREADS  # noqa: E402
-from tuner.claims import audit  # noqa: E402
-from tuner.history import History  # noqa: E402
 
 SLEEP_BENCHMARK = '''"""A stand-in for a GPU benchmark: 50 ms per plan, a value from the plan's text (no imports that cost CPU)."""
 import json, sys, time, zlib
