@@ -1,8 +1,9 @@
 """Search quality on measured GPU caches, every method side by side in one run.
 
-    python perf/real_caches.py [--caches DIR] [--seeds 20] [--budget 200] [--jobs 2] [--only gemm ...]
+    python perf/real_caches.py [--caches DIR ...] [--seeds 20] [--budget 200] [--jobs 2] [--only gemm ...]
 
-For each Kernel Tuner cache in DIR (default: the shared GPU caches beside this checkout), with the
+For each Kernel Tuner cache in the DIRs (default: the shared GPU caches beside this checkout, then
+``perf/caches``, other GPUs' caches that no constant of this project was chosen on), with the
 T1 file of its kernel where one is there (its restrictions are known up front to every method; a
 cache shipped without one is run without restrictions, and again with its kernel's T1 file from
 ``perf/spaces`` where there is one):
@@ -47,6 +48,7 @@ from tuner.search import Search, Spec
 from tuner.strategies import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[1]
+CACHES = (ROOT.parent / "shared" / "data" / "gpu-caches", ROOT / "perf" / "caches")     # the shared ones, then other GPUs'
 CHECKPOINTS = (25, 50, 100, 200)
 KERNEL_TUNER = ("bayes_opt", "genetic_algorithm", "simulated_annealing", "dual_annealing", "greedy_ils", "pso")
 OURS = ("quick", "bayes", "checkpoint")
@@ -176,7 +178,8 @@ def _report(name: str, curves: dict[str, list[np.ndarray]], budget: int) -> None
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--caches", type=Path, default=ROOT.parent / "shared" / "data" / "gpu-caches")
+    parser.add_argument("--caches", type=Path, nargs="+", default=list(CACHES),
+                        help="folders of caches (default: the shared GPU caches, then perf/caches)")
     parser.add_argument("--spaces", type=Path, default=Path(__file__).resolve().parent / "spaces",
                         help="T1 files for caches shipped without one (default: perf/spaces)")
     parser.add_argument("--seeds", type=int, default=20)
@@ -191,8 +194,8 @@ def main() -> None:
             import kernel_tuner  # noqa: F401
         except ImportError:
             raise SystemExit("Kernel Tuner is missing: pip install -e '.[perf]' (or pass --methods without its strategies)") from None
-    caches = sorted(p for p in args.caches.glob("*.json*") if not p.name.endswith(".t1.json")
-                    and (args.only is None or p.name.startswith(tuple(args.only))))
+    caches = [p for folder in args.caches for p in sorted(folder.glob("*.json*")) if not p.name.endswith(".t1.json")
+              and (args.only is None or p.name.startswith(tuple(args.only)))]
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:         # one BLAS thread each (see tuner)
         for cache, t1 in ((c, t1) for c in caches for t1 in _t1_files(c, args.spaces)):   # each table once its runs are done
             jobs = [(cache.name, str(cache), str(t1) if t1 else None, m, s, args.budget) for m in methods for s in range(args.seeds)]

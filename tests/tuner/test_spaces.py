@@ -184,6 +184,20 @@ def test_the_shipped_gemm_cache_replays_from_the_command_line(tmp_path):
     assert set(best["plan"]) >= {"MWG", "NWG", "VWM"} and 0 < best["time"] < 1000
 
 
+def test_another_gpus_cache_replays_from_the_command_line(tmp_path):
+    """perf/caches' RTX 2080 Ti cache is real measurements shipped with the repository: quick's best is one of its
+    successful records, with the time it recorded, and a second run scores nothing again."""
+    path = ROOT / "perf" / "caches" / "convolution-RTX_2080Ti.json.gz"
+    command = ("--objective", f"cache:{path}", "--json", "search_plans", "--strategy", "quick", "--seed", "0", "--max-evals", "60")
+    out = _cli(*command, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    recorded = json.loads(gzip.decompress(path.read_bytes()))
+    times = [r["time"] for r in recorded["cache"].values() if {k: r[k] for k in result["best"]["plan"]} == result["best"]["plan"]]
+    assert times == [result["best"]["time"]] and result["new_evaluations"] == 60
+    assert json.loads(_cli(*command, cwd=tmp_path).stdout)["new_evaluations"] == 0
+
+
 def test_the_gemm_space_file_allows_what_the_rtx_3090_cache_measured():
     """perf/spaces/gemm.t1.json writes the GEMM kernel's restrictions: of its 82,944 configurations they allow
     17,956, the number the shipped RTX 3090 cache holds, and the default is one of them."""
