@@ -17,6 +17,7 @@ from tuner.plan import SPACE
 from tuner.space import WHOLE_SPACE, SpaceError, load_profile, load_space, space_from_t1
 
 CACHES = ROOT.parent / "shared" / "data" / "gpu-caches"
+OTHER_GPU = ROOT / "perf" / "caches" / "convolution-RTX_2080Ti.json.gz"      # in the repository: real measurements CI has
 
 
 def t1(params, conditions=()):
@@ -187,15 +188,33 @@ def test_the_shipped_gemm_cache_replays_from_the_command_line(tmp_path):
 def test_another_gpus_cache_replays_from_the_command_line(tmp_path):
     """perf/caches' RTX 2080 Ti cache is real measurements shipped with the repository: quick's best is one of its
     successful records, with the time it recorded, and a second run scores nothing again."""
-    path = ROOT / "perf" / "caches" / "convolution-RTX_2080Ti.json.gz"
-    command = ("--objective", f"cache:{path}", "--json", "search_plans", "--strategy", "quick", "--seed", "0", "--max-evals", "60")
+    command = ("--objective", f"cache:{OTHER_GPU}", "--json", "search_plans", "--strategy", "quick", "--seed", "0", "--max-evals", "60")
     out = _cli(*command, cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    recorded = json.loads(gzip.decompress(path.read_bytes()))
+    recorded = json.loads(gzip.decompress(OTHER_GPU.read_bytes()))
     times = [r["time"] for r in recorded["cache"].values() if {k: r[k] for k in result["best"]["plan"]} == result["best"]["plan"]]
     assert times == [result["best"]["time"]] and result["new_evaluations"] == 60
     assert json.loads(_cli(*command, cwd=tmp_path).stdout)["new_evaluations"] == 0
+
+
+def test_perf_real_caches_reports_what_the_command_line_finds(tmp_path):
+    """perf/real_caches.py's figure for quick is the fraction of optimum that `search_plans` reaches with the same
+    seeds and budget; Optuna's TPE gets a row of its own, and every fraction lies in (0, 1]."""
+    out = subprocess.run([sys.executable, str(ROOT / "perf" / "real_caches.py"), "--caches", str(OTHER_GPU.parent),
+                          "--seeds", "2", "--budget", "25", "--jobs", "1", "--methods", "quick", "optuna TPE"],
+                         capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0, out.stderr
+    rows = {line[:25].strip(): line[25:].split() for line in out.stdout.splitlines() if line.startswith("  ") and "method" not in line}
+    assert set(rows) == {"quick", "optuna TPE"} and OTHER_GPU.name in out.stdout
+    assert all(0 < float(cells[0]) <= 1 for cells in rows.values())
+    optimum = min(r["time"] for r in json.loads(gzip.decompress(OTHER_GPU.read_bytes()))["cache"].values() if isinstance(r["time"], float))
+    reached = []
+    for seed in (0, 1):
+        (workspace := tmp_path / str(seed)).mkdir()
+        command = ("--objective", f"cache:{OTHER_GPU}", "--json", "search_plans", "--strategy", "quick", "--seed", str(seed))
+        reached.append(optimum / json.loads(_cli(*command, "--max-evals", "25", cwd=workspace).stdout)["best"]["time"])
+    assert rows["quick"][-2] == f"{np.mean(reached):.3f}"          # the mean at 25 evaluations, then its standard error
 
 
 def test_the_gemm_space_file_allows_what_the_rtx_3090_cache_measured():
