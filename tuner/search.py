@@ -12,8 +12,8 @@ from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Callable
-from contextlib import suppress
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -133,6 +133,7 @@ class Search:
         self.flush_every, self.flush_seconds = flush_every, flush_seconds
         self.best: Candidate | None = None
         self.memo: dict[str, Any] = {}                      # what strategies keep for this run
+        self._held_back = 0                                 # evaluations kept for a strategy's last phase (:meth:`holding_back`)
         self.synced, self._last_sync = -1, time.monotonic()
         self.sync()                                         # resume: what earlier runs (and other workers) saw
         self._external_progress = progress
@@ -148,8 +149,22 @@ class Search:
         return self.worker.evaluations
 
     @property
+    def budget(self) -> int:
+        """The study's evaluation budget as it stands: the spec's, less what :meth:`holding_back` keeps."""
+        return self.spec.max_evals - self._held_back
+
+    @property
     def remaining(self) -> int:
-        return max(self.spec.max_evals - self.evaluations, 0)
+        return max(self.budget - self.evaluations, 0)
+
+    @contextmanager
+    def holding_back(self, count: int) -> Iterator[None]:
+        """Within, the evaluation budget ends ``count`` evaluations early: a strategy's reserve for its last phase."""
+        self._held_back = count
+        try:
+            yield
+        finally:
+            self._held_back = 0
 
     def stop_reason(self) -> str | None:
         """Why the search must stop now, or ``None``."""
@@ -193,7 +208,7 @@ class Search:
         self.elsewhere, others = set(), False
         if unseen:
             claimed = self.worker.claim([(f"plan:{h}", int(counted and h not in self.cache), idx[i].tolist()) for h, i in unseen.items()],
-                                        self.spec.max_evals)
+                                        self.budget)
             self.elsewhere = {item.removeprefix("plan:") for item in claimed.elsewhere}
             others = bool(claimed.done or claimed.elsewhere)
             granted = {item.removeprefix("plan:") for item in claimed.granted}

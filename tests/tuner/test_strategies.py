@@ -181,3 +181,41 @@ def test_a_polish_patience_counts_only_neighbours_not_scored_before(tmp_path, pa
     search.evaluate(np.arange(8, dtype=np.int16)[:, None])                 # the optimum and its nearest neighbours
     assert climb(search, np.zeros(1, dtype=np.int16), phases=(), patience=patience) == "converged"
     assert search.evaluations == 8 + patience
+
+
+def test_a_search_holding_back_stops_early_and_claims_no_more(tmp_path):
+    """Within ``holding_back(k)`` the budget ends k evaluations early, even mid-batch; after it, the rest is there."""
+    knobs = {"a": list(range(8)), "b": list(range(8))}
+    path = toy_cache(tmp_path, {combo: 1.0 + sum(combo) for combo in itertools.product(*knobs.values())}, "grid.json", knobs)
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
+                    Spec(strategy="quick", mode="time", max_evals=50, seed=0))
+    rows = np.array(list(itertools.product(range(8), range(8))), dtype=np.int16)
+    with search.holding_back(20):
+        values = search.evaluate(rows[:40])
+        assert search.evaluations == 30 and search.stop_reason() == "evaluation budget"
+        assert np.isfinite(values[:30]).all() and np.isinf(values[30:]).all()       # claimed in the batch's order
+    assert search.remaining == 20 and search.stop_reason() is None
+    search.evaluate(rows[30:])
+    assert search.evaluations == 50
+
+
+def test_quick_keeps_its_last_share_for_a_climb_from_the_best(tmp_path, monkeypatch):
+    """The last ``ENDGAME`` share of the budget is a climb without patience from the best configuration so far,
+    so a run does not end with its best half-polished; the budget is spent exactly."""
+    from tuner.strategies import quick
+
+    calls = []
+    original = quick.climb
+
+    def watch(search, start, phases=(), patience=None):
+        calls.append((search.evaluations, search.best.value, search.seen.get(search.space.hash_idx(start)), patience))
+        return original(search, start, phases=phases, patience=patience)
+
+    monkeypatch.setattr(quick, "climb", watch)
+    outcome, _ = _run(tmp_path, Spec(strategy="quick", mode="dev", max_evals=300, seed=2))
+    endgame = [i for i, call in enumerate(calls) if call[3] is None]
+    assert len(endgame) == 1 and len(calls) > 1
+    at, best, start, _ = calls[endgame[0]]
+    assert at == 300 - int(300 * quick.ENDGAME) and start == best                 # from the best, once the rest is spent
+    assert all(call[0] < at for call in calls[:endgame[0]])
+    assert outcome.evaluations == 300 and outcome.best.value <= best

@@ -9,7 +9,9 @@ of the best configurations that lie apart from one another (distinct basins) are
 :func:`tuner.strategies.checkpoint.climb` (first-improvement moves through singles, the joint moves of
 learned pairs and repaired moves, ordered by the model the search learns from its own evaluations
 (:mod:`.interactions`), with a patience, without its wider phases). Everything the climbs score is
-told to TPE too, and exploration resumes until the budget is spent.
+told to TPE too, and exploration resumes. The last ``ENDGAME`` share of the budget is kept for a climb
+from the best without patience, so that what a run returns has, budget allowing, no improving step
+neighbour; whatever that climb leaves goes to exploration and polish again.
 
 TPE's cost per proposal grows with the trials it holds, so it holds a window: past ``WINDOW``
 trials it keeps the best and the most recent quarter-window each (distinct configurations), so this
@@ -30,6 +32,7 @@ from tuner.strategies.parzen import STARTUP_TRIALS, Parzen, gamma
 FIRST_EXPLORATION = 0.25           # share of the budget TPE explores before the first polish
 LATER_EXPLORATION = 0.1            # share between later polishes
 PATIENCE = 2                       # a polish ends after this many new non-improving neighbours per varying knob
+ENDGAME = 0.1                      # share of the budget kept for the last climb: from the best, without patience
 STARTS = 3                         # basins polished after each exploration share
 WINDOW = 300                       # trials TPE holds at most (its cost per ask grows with them)
 DESIGN_TRIES = 50                  # redraws of a design row that the cheap feasibility check rules out
@@ -113,18 +116,13 @@ def _starts(search: Search, polished: set[str]) -> list[np.ndarray]:
     return chosen
 
 
-def run(search: Search) -> Outcome:
-    tpe = _Tpe(search)
-    tpe.tell_seen()                                       # resume: TPE remembers what earlier runs scored
-    if not tpe.told:
-        search.evaluate(feasible_design(search, np.random.default_rng(search.spec.seed)), {"phase": "design"})
-        tpe.tell_seen()
-    polished: set[str] = set()
+def _explore_and_polish(search: Search, tpe: _Tpe, polished: set[str], explore: int) -> None:
+    """TPE proposals, and after each exploration share (the first ``explore`` evaluations) a polish of the
+    best configurations that lie apart, until the budget (as it stands) is spent."""
     budget = search.spec.max_evals
-    mark = search.evaluations + max(int(budget * FIRST_EXPLORATION), STARTUP_TRIALS)
+    mark = search.evaluations + explore
     proposals = 0
-    stopped = search.stop_reason()
-    while stopped is None and proposals < 20 * budget:
+    while search.stop_reason() is None and proposals < 20 * budget:
         if search.evaluations >= mark and search.best is not None:
             for start in _starts(search, polished):
                 polished.add(search.space.hash_idx(start))
@@ -137,5 +135,20 @@ def run(search: Search) -> Outcome:
             tpe.propose()
             tpe.tell_seen()
             proposals += 1
-        stopped = search.stop_reason()
-    return search.finish(search.top(), stopped or "converged")
+
+
+def run(search: Search) -> Outcome:
+    tpe = _Tpe(search)
+    tpe.tell_seen()                                       # resume: TPE remembers what earlier runs scored
+    if not tpe.told:
+        search.evaluate(feasible_design(search, np.random.default_rng(search.spec.seed)), {"phase": "design"})
+        tpe.tell_seen()
+    polished: set[str] = set()
+    budget = search.spec.max_evals
+    with search.holding_back(int(budget * ENDGAME)):
+        _explore_and_polish(search, tpe, polished, max(int(budget * FIRST_EXPLORATION), STARTUP_TRIALS))
+    if search.stop_reason() is None and search.best is not None:
+        climb(search, search.best.idx, phases=())         # no patience: the best's whole step neighbourhood
+        tpe.tell_seen()
+        _explore_and_polish(search, tpe, polished, max(int(budget * LATER_EXPLORATION), 1))    # what the climb left
+    return search.finish(search.top(), search.stop_reason() or "converged")
