@@ -160,11 +160,11 @@ class Search:
     @contextmanager
     def holding_back(self, count: int) -> Iterator[None]:
         """Within, the evaluation budget ends ``count`` evaluations early: a strategy's reserve for its last phase."""
-        self._held_back = count
+        previous, self._held_back = self._held_back, count
         try:
             yield
         finally:
-            self._held_back = 0
+            self._held_back = previous
 
     def stop_reason(self) -> str | None:
         """Why the search must stop now, or ``None``."""

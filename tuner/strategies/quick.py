@@ -116,11 +116,12 @@ def _starts(search: Search, polished: set[str]) -> list[np.ndarray]:
     return chosen
 
 
-def _explore_and_polish(search: Search, tpe: _Tpe, polished: set[str], explore: int) -> None:
-    """TPE proposals, and after each exploration share (the first ``explore`` evaluations) a polish of the
-    best configurations that lie apart, until the budget (as it stands) is spent."""
+def _explore_and_polish(search: Search, tpe: _Tpe, polished: set[str], first: int | None = None) -> None:
+    """TPE proposals, and after each exploration share (the first of ``first`` evaluations, by default a later
+    share) a polish of the best configurations that lie apart, until the budget (as it stands) is spent."""
     budget = search.spec.max_evals
-    mark = search.evaluations + explore
+    later = max(int(budget * LATER_EXPLORATION), 1)
+    mark = search.evaluations + (later if first is None else first)
     proposals = 0
     while search.stop_reason() is None and proposals < 20 * budget:
         if search.evaluations >= mark and search.best is not None:
@@ -130,7 +131,7 @@ def _explore_and_polish(search: Search, tpe: _Tpe, polished: set[str], explore: 
                 tpe.tell_seen()
                 if search.stop_reason():
                     break
-            mark = search.evaluations + max(int(budget * LATER_EXPLORATION), 1)
+            mark = search.evaluations + later
         else:
             tpe.propose()
             tpe.tell_seen()
@@ -150,5 +151,5 @@ def run(search: Search) -> Outcome:
     if search.stop_reason() is None and search.best is not None:
         climb(search, search.best.idx, phases=())         # no patience: the best's whole step neighbourhood
         tpe.tell_seen()
-        _explore_and_polish(search, tpe, polished, max(int(budget * LATER_EXPLORATION), 1))    # what the climb left
+        _explore_and_polish(search, tpe, polished)        # what the climb left
     return search.finish(search.top(), search.stop_reason() or "converged")
