@@ -1,4 +1,5 @@
-"""Headroom: how much better ``quick`` would do if its climbs knew which moves improve.
+"""Headroom: how much better ``quick`` would do if its climbs knew which moves improve, or if it knew
+which configurations fail before scoring them.
 
     python perf/headroom.py [--seeds 100] [--jobs 2] [--caches DIR]
 
@@ -11,7 +12,14 @@ order for two oracles that read the objective's true values, which no real searc
   model's order holds otherwise;
 - "best first": every neighbour sorted by its true value.
 
-Everything else is as shipped. The three orders run side by side in one run on:
+Two more oracles, run on the caches only, make the objective's cheap check (``feasible``) rule out
+every configuration the cache holds no time for, so that no evaluation is spent on one:
+
+- "failures known": everywhere, as a space file with the kernel's exact restrictions would;
+- "failures known to exploration": only while ``quick``'s design and TPE propose, not in its climbs.
+
+(The tensor plan is left out of these: its runs spend almost no evaluation on a failure.)
+Everything else is as shipped. The oracles run side by side in one run on:
 
 - the tensor plan without its space file's ``Coupled`` hint (dev mode, 300 evaluations): how many
   runs end within 1% of 178,866 cycles (the best plan of both exhaustive profiles, as
@@ -19,15 +27,16 @@ Everything else is as shipped. The three orders run side by side in one run on:
 - each cache ``perf/real_caches.py`` runs (100 evaluations): the median fraction of optimum, and
   the mean with its standard error.
 
-The gap between "as shipped" and the oracles is what a better model of the moves could win.
+The gap between "as shipped" and the first two oracles is what a better model of the moves could win;
+the gap to the last two is what a better model of failures could.
 """
 
 from __future__ import annotations
 
 import argparse
 import multiprocessing
-from collections.abc import Callable
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager, nullcontext
 from pathlib import Path
 from unittest import mock
 
@@ -36,15 +45,17 @@ from real_caches import _run as _run_cache
 from real_caches import _t1_files
 from tuner_speed import ROOT, Unhinted, _history
 
+from tuner.objectives.cache import CacheObjective
 from tuner.search import Search, Spec
-from tuner.strategies import STRATEGIES, checkpoint
+from tuner.strategies import STRATEGIES, checkpoint, quick
 
 ORDERS = ("as shipped", "improving first", "best first")
+FAILURE_ORACLES = ("failures known", "failures known to exploration")
 TENSOR_BUDGET, CACHE_BUDGET = 300, 100
 TENSOR_TARGET = 178_866              # dev cycles of the best plan of both exhaustive profiles
 
 
-def _oracle(order: str) -> Callable[[Search, np.ndarray, np.random.Generator], np.ndarray]:
+def _reordered(order: str) -> Callable[[Search, np.ndarray, np.random.Generator], np.ndarray]:
     """``checkpoint.step_neighbours`` with its moves reordered by their true values."""
     shipped = checkpoint.step_neighbours
 
@@ -59,15 +70,52 @@ def _oracle(order: str) -> Callable[[Search, np.ndarray, np.random.Generator], n
     return step_neighbours
 
 
+@contextmanager
+def failures_known(everywhere: bool) -> Iterator[None]:
+    """Within it, a cache's ``feasible`` also rules out what the cache holds no time for: always
+    (``everywhere``), or only while ``quick`` draws its design and TPE proposes."""
+    known, shipped = [everywhere], CacheObjective.feasible
+
+    def feasible(objective: CacheObjective, idx: np.ndarray) -> np.ndarray:
+        allowed = shipped(objective, idx)
+        return allowed & np.isfinite(objective.cycles(idx)) if known[0] else allowed
+
+    def exploring(function: Callable) -> Callable:
+        def knowing(*args: object) -> object:
+            known[0] = True
+            try:
+                return function(*args)
+            finally:
+                known[0] = everywhere
+        return knowing
+
+    with (mock.patch.object(CacheObjective, "feasible", feasible),
+          mock.patch.object(quick, "feasible_design", exploring(quick.feasible_design)),
+          mock.patch.object(quick._Tpe, "propose", exploring(quick._Tpe.propose))):
+        yield
+
+
+def _oracles(oracle: str) -> AbstractContextManager:
+    """The patches that make a run ``oracle``'s (none: as shipped)."""
+    if oracle in FAILURE_ORACLES:
+        return failures_known(everywhere=oracle == FAILURE_ORACLES[0])
+    return mock.patch.object(checkpoint, "step_neighbours", _reordered(oracle)) if oracle != ORDERS[0] else nullcontext()
+
+
 def _run(job: tuple[str, str | None, str, int]) -> tuple[str, str | None, str, float]:
     """One run: the best value (tensor plan, cycles) or fraction of optimum (a cache) it reached."""
-    cache, t1, order, seed = job
-    with mock.patch.object(checkpoint, "step_neighbours", _oracle(order)) if order != ORDERS[0] else nullcontext():
+    cache, t1, oracle, seed = job
+    with _oracles(oracle):
         if cache == "tensor":
             search = Search(_history(), Unhinted(), Spec(strategy="quick", mode="dev", max_evals=TENSOR_BUDGET, seed=seed))
             STRATEGIES["quick"](search)
-            return cache, t1, order, min(list(search.seen.values())[:TENSOR_BUDGET])
-        return cache, t1, order, float(_run_cache((cache, cache, t1, "quick", seed, CACHE_BUDGET))[2][-1])
+            return cache, t1, oracle, min(list(search.seen.values())[:TENSOR_BUDGET])
+        return cache, t1, oracle, float(_run_cache((cache, cache, t1, "quick", seed, CACHE_BUDGET))[2][-1])
+
+
+def _for(problem: str) -> tuple[str, ...]:
+    """The oracles run on a problem: the failure oracles on caches only."""
+    return ORDERS if problem == "tensor" else ORDERS + FAILURE_ORACLES
 
 
 def main() -> None:
@@ -83,9 +131,9 @@ def main() -> None:
     problems = [("tensor", None)] + [(str(c), str(t1) if t1 else None) for c in caches for t1 in _t1_files(c, args.spaces)]
     results: dict[tuple[str, str | None, str], list[float]] = {}
     with multiprocessing.Pool(args.jobs) as pool:
-        jobs = [(cache, t1, order, seed) for cache, t1 in problems for order in ORDERS for seed in range(args.seeds)]
-        for cache, t1, order, value in pool.imap_unordered(_run, jobs):
-            results.setdefault((cache, t1, order), []).append(value)
+        jobs = [(cache, t1, oracle, seed) for cache, t1 in problems for oracle in _for(cache) for seed in range(args.seeds)]
+        for cache, t1, oracle, value in pool.imap_unordered(_run, jobs):
+            results.setdefault((cache, t1, oracle), []).append(value)
     for cache, t1 in problems:
         if cache == "tensor":
             print(f"\ntensor plan, no Coupled hint ({TENSOR_BUDGET} evaluations, {args.seeds} seeds): "
@@ -97,9 +145,9 @@ def main() -> None:
         known = f"restrictions of {Path(t1).name}" if t1 else "no restrictions"
         print(f"\n{Path(cache).name} ({known}; {CACHE_BUDGET} evaluations, {args.seeds} seeds): fraction of optimum, "
               "median, mean ± s.e.")
-        for order in ORDERS:
-            fraction = np.array(results[cache, t1, order])
-            print(f"  {order:<18}{np.median(fraction):>7.3f}{fraction.mean():>8.3f} ±{fraction.std(ddof=1) / np.sqrt(len(fraction)):.3f}")
+        for oracle in _for(cache):
+            fraction = np.array(results[cache, t1, oracle])
+            print(f"  {oracle:<31}{np.median(fraction):>7.3f}{fraction.mean():>8.3f} ±{fraction.std(ddof=1) / np.sqrt(len(fraction)):.3f}")
 
 
 if __name__ == "__main__":

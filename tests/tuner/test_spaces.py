@@ -6,15 +6,20 @@ import gzip
 import json
 import subprocess
 import sys
+from collections import Counter
+from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import ROOT, toy_cache
 
+from tuner.history import History
 from tuner.objectives.cache import NOT_MEASURED, CacheObjective
 from tuner.plan import SPACE
+from tuner.search import Search, Spec
 from tuner.space import WHOLE_SPACE, SpaceError, load_profile, load_space, space_from_t1
+from tuner.strategies import STRATEGIES
 
 CACHES = ROOT.parent / "shared" / "data" / "gpu-caches"
 OTHER_GPU = ROOT / "perf" / "caches" / "convolution-RTX_2080Ti.json.gz"      # in the repository: real measurements CI has
@@ -215,6 +220,37 @@ def test_perf_real_caches_reports_what_the_command_line_finds(tmp_path):
         command = ("--objective", f"cache:{OTHER_GPU}", "--json", "search_plans", "--strategy", "quick", "--seed", str(seed))
         reached.append(optimum / json.loads(_cli(*command, "--max-evals", "25", cwd=workspace).stdout)["best"]["time"])
     assert rows["quick"][-2] == f"{np.mean(reached):.3f}"          # the mean at 25 evaluations, then its standard error
+
+
+def test_perf_headroom_failure_oracles_spend_no_evaluation_on_a_failure_where_they_know(tmp_path, monkeypatch):
+    """perf/headroom.py's failure oracles on the 2080 Ti cache (69% of its space fails): with failures known, a quick
+    run scores nothing the cache holds no time for; known to exploration, its design and TPE score none while its
+    climbs still do; as shipped, all three do. Every run spends its whole budget."""
+    monkeypatch.syspath_prepend(str(ROOT / "perf"))
+    import headroom
+
+    def failed_by_phase(oracle: AbstractContextManager, name: str) -> Counter:
+        search = Search(History(f"sqlite:///{tmp_path / name}.db"), CacheObjective(OTHER_GPU),
+                        Spec(strategy="quick", mode="time", max_evals=60, seed=0))
+        failed, scoring = Counter(), search.evaluate
+
+        def evaluate(idx, attrs=None, counted=True):
+            before = set(search.seen)
+            values = scoring(idx, attrs, counted)
+            failed[attrs["phase"]] += sum(not np.isfinite(v) for h, v in search.seen.items() if h not in before)
+            return values
+
+        search.evaluate = evaluate
+        with oracle:
+            STRATEGIES["quick"](search)
+        assert search.scored == 60
+        return failed
+
+    shipped = failed_by_phase(nullcontext(), "shipped")
+    assert shipped["design"] > 0 and shipped["tpe"] > 0 and shipped["step"] > 0
+    exploring = failed_by_phase(headroom.failures_known(everywhere=False), "exploring")
+    assert exploring["design"] == exploring["tpe"] == 0 < exploring["step"]
+    assert sum(failed_by_phase(headroom.failures_known(everywhere=True), "everywhere").values()) == 0
 
 
 def test_the_gemm_space_file_allows_what_the_rtx_3090_cache_measured():
