@@ -74,19 +74,20 @@ def _reordered(order: str) -> Callable[[Search, np.ndarray, np.random.Generator]
 def failures_known(everywhere: bool) -> Iterator[None]:
     """Within it, a cache's ``feasible`` also rules out what the cache holds no time for: always
     (``everywhere``), or only while ``quick`` draws its design and TPE proposes."""
-    known, shipped = [everywhere], CacheObjective.feasible
+    known, shipped = everywhere, CacheObjective.feasible
 
     def feasible(objective: CacheObjective, idx: np.ndarray) -> np.ndarray:
         allowed = shipped(objective, idx)
-        return allowed & np.isfinite(objective.cycles(idx)) if known[0] else allowed
+        return allowed & np.isfinite(objective.cycles(idx)) if known else allowed
 
     def exploring(function: Callable) -> Callable:
         def knowing(*args: object) -> object:
-            known[0] = True
+            nonlocal known
+            known = True
             try:
                 return function(*args)
             finally:
-                known[0] = everywhere
+                known = everywhere
         return knowing
 
     with (mock.patch.object(CacheObjective, "feasible", feasible),
@@ -95,7 +96,7 @@ def failures_known(everywhere: bool) -> Iterator[None]:
         yield
 
 
-def _oracles(oracle: str) -> AbstractContextManager:
+def _patches(oracle: str) -> AbstractContextManager:
     """The patches that make a run ``oracle``'s (none: as shipped)."""
     if oracle in FAILURE_ORACLES:
         return failures_known(everywhere=oracle == FAILURE_ORACLES[0])
@@ -105,7 +106,7 @@ def _oracles(oracle: str) -> AbstractContextManager:
 def _run(job: tuple[str, str | None, str, int]) -> tuple[str, str | None, str, float]:
     """One run: the best value (tensor plan, cycles) or fraction of optimum (a cache) it reached."""
     cache, t1, oracle, seed = job
-    with _oracles(oracle):
+    with _patches(oracle):
         if cache == "tensor":
             search = Search(_history(), Unhinted(), Spec(strategy="quick", mode="dev", max_evals=TENSOR_BUDGET, seed=seed))
             STRATEGIES["quick"](search)
@@ -113,7 +114,7 @@ def _run(job: tuple[str, str | None, str, int]) -> tuple[str, str | None, str, f
         return cache, t1, oracle, float(_run_cache((cache, cache, t1, "quick", seed, CACHE_BUDGET))[2][-1])
 
 
-def _for(problem: str) -> tuple[str, ...]:
+def _oracles_on(problem: str) -> tuple[str, ...]:
     """The oracles run on a problem: the failure oracles on caches only."""
     return ORDERS if problem == "tensor" else ORDERS + FAILURE_ORACLES
 
@@ -131,7 +132,7 @@ def main() -> None:
     problems = [("tensor", None)] + [(str(c), str(t1) if t1 else None) for c in caches for t1 in _t1_files(c, args.spaces)]
     results: dict[tuple[str, str | None, str], list[float]] = {}
     with multiprocessing.Pool(args.jobs) as pool:
-        jobs = [(cache, t1, oracle, seed) for cache, t1 in problems for oracle in _for(cache) for seed in range(args.seeds)]
+        jobs = [(cache, t1, oracle, seed) for cache, t1 in problems for oracle in _oracles_on(cache) for seed in range(args.seeds)]
         for cache, t1, oracle, value in pool.imap_unordered(_run, jobs):
             results.setdefault((cache, t1, oracle), []).append(value)
     for cache, t1 in problems:
@@ -145,7 +146,7 @@ def main() -> None:
         known = f"restrictions of {Path(t1).name}" if t1 else "no restrictions"
         print(f"\n{Path(cache).name} ({known}; {CACHE_BUDGET} evaluations, {args.seeds} seeds): fraction of optimum, "
               "median, mean ± s.e.")
-        for oracle in _for(cache):
+        for oracle in _oracles_on(cache):
             fraction = np.array(results[cache, t1, oracle])
             print(f"  {oracle:<31}{np.median(fraction):>7.3f}{fraction.mean():>8.3f} ±{fraction.std(ddof=1) / np.sqrt(len(fraction)):.3f}")
 
