@@ -1,7 +1,7 @@
 """Headroom: how much better ``quick`` would do if its climbs knew which moves improve, or if it knew
 which configurations fail before scoring them.
 
-    python perf/headroom.py [--seeds 100] [--jobs 2] [--caches DIR]
+    python perf/headroom.py [--seeds 100] [--jobs 2] [--caches DIR] [--only tensor gemm ...]
 
 ``quick`` polishes its best configurations with :func:`tuner.strategies.checkpoint.climb`. The
 climb takes the current configuration's step neighbours in the order the learned model gives
@@ -42,7 +42,7 @@ from unittest import mock
 
 import numpy as np
 from real_caches import _run as _run_cache
-from real_caches import _t1_files
+from real_caches import _t1_files, mean_with_error
 from tuner_speed import ROOT, Unhinted, _history
 
 from tuner.objectives.cache import CacheObjective
@@ -127,9 +127,16 @@ def main() -> None:
                         help="T1 files for caches shipped without one (default: perf/spaces)")
     parser.add_argument("--seeds", type=int, default=100)
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--only", nargs="+", default=None,
+                        help="problems to run: 'tensor' (the tensor plan) or caches whose file name starts with one of these")
     args = parser.parse_args()
-    caches = sorted(p for p in args.caches.glob("*.json*") if not p.name.endswith(".t1.json"))
-    problems = [("tensor", None)] + [(str(c), str(t1) if t1 else None) for c in caches for t1 in _t1_files(c, args.spaces)]
+    wanted = tuple(args.only) if args.only else None
+    caches = sorted(p for p in args.caches.glob("*.json*") if not p.name.endswith(".t1.json")
+                    and (wanted is None or p.name.startswith(wanted)))
+    problems = [("tensor", None)] if wanted is None or "tensor" in wanted else []
+    problems += [(str(c), str(t1) if t1 else None) for c in caches for t1 in _t1_files(c, args.spaces)]
+    if not problems:
+        parser.error(f"--only {' '.join(args.only)}: no problem matches ('tensor', or the start of a cache's file name in {args.caches})")
     results: dict[tuple[str, str | None, str], list[float]] = {}
     with multiprocessing.Pool(args.jobs) as pool:
         jobs = [(cache, t1, oracle, seed) for cache, t1 in problems for oracle in _oracles_on(cache) for seed in range(args.seeds)]
@@ -148,7 +155,7 @@ def main() -> None:
               "median, mean ± s.e.")
         for oracle in _oracles_on(cache):
             fraction = np.array(results[cache, t1, oracle])
-            print(f"  {oracle:<31}{np.median(fraction):>7.3f}{fraction.mean():>8.3f} ±{fraction.std(ddof=1) / np.sqrt(len(fraction)):.3f}")
+            print(f"  {oracle:<31}{np.median(fraction):>7.3f}{mean_with_error(fraction):>15}")
 
 
 if __name__ == "__main__":

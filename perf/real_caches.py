@@ -154,6 +154,11 @@ def _run(job: tuple[str, str, str | None, str, int, int]) -> tuple[str, str, np.
     return name, method, optimum / best
 
 
+def mean_with_error(values: np.ndarray) -> str:
+    """The mean of ``values`` with its standard error ("0.950 ±0.010"); the mean alone for a single value."""
+    return f"{values.mean():.3f} ±{values.std(ddof=1) / np.sqrt(len(values)):.3f}" if len(values) > 1 else f"{values.mean():.3f}"
+
+
 def _report(name: str, curves: dict[str, list[np.ndarray]], budget: int) -> None:
     """One table: per method (runs in seed order), the checkpoints' medians and 10th percentiles, the evaluations
     to 0.95, the mean at the last checkpoint with its standard error and, with 40 seeds or more, the lowest and
@@ -170,7 +175,7 @@ def _report(name: str, curves: dict[str, list[np.ndarray]], budget: int) -> None
         reach = [int(np.argmax(f >= 0.95)) + 1 if (f >= 0.95).any() else budget + 1 for f in fractions]
         median = np.median(reach)
         last = fractions[:, marks[-1] - 1]
-        spread = f"{last.mean():.3f} ±{last.std(ddof=1) / np.sqrt(len(last)):.3f}" if len(last) > 1 else f"{last.mean():.3f}"
+        spread = mean_with_error(last)
         medians = np.median(last[:blocks * BLOCK].reshape(blocks, BLOCK), axis=1) if blocks else None
         ranged = f"{medians.min():>18.3f}-{medians.max():.3f}" if medians is not None else ""
         print(f"  {method:<22}{cells}{(f'>{budget}' if median > budget else f'{median:.0f}'):>15}{spread:>17}{ranged}")
