@@ -1,7 +1,7 @@
 """Headroom: how much better ``quick`` would do if its climbs knew which moves improve, or if it knew
 which configurations fail before scoring them.
 
-    python perf/headroom.py [--seeds 100] [--jobs 2] [--caches DIR] [--only tensor gemm ...]
+    python perf/headroom.py [--seeds 100] [--jobs 2] [--caches DIR] [--only tensor gemm ...] [--budgets 300 100]
 
 ``quick`` polishes its best configurations with :func:`tuner.strategies.checkpoint.climb`. The
 climb takes the current configuration's step neighbours in the order the learned model gives
@@ -27,6 +27,8 @@ Everything else is as shipped. The oracles run side by side in one run on:
 - each cache ``perf/real_caches.py`` runs (100 evaluations): the median fraction of optimum, and
   the mean with its standard error.
 
+``--budgets`` sets the two budgets, so the same tables tell how the headroom changes with the budget.
+
 The gap between "as shipped" and the first two oracles is what a better model of the moves could win;
 the gap to the last two is what a better model of failures could.
 """
@@ -51,7 +53,7 @@ from tuner.strategies import STRATEGIES, checkpoint, quick
 
 ORDERS = ("as shipped", "improving first", "best first")
 FAILURE_ORACLES = ("failures known", "failures known to exploration")
-TENSOR_BUDGET, CACHE_BUDGET = 300, 100
+TENSOR_BUDGET, CACHE_BUDGET = 300, 100    # evaluations per run (defaults of --budgets)
 TENSOR_TARGET = 178_866              # dev cycles of the best plan of both exhaustive profiles
 
 
@@ -103,15 +105,15 @@ def _patches(oracle: str) -> AbstractContextManager:
     return mock.patch.object(checkpoint, "step_neighbours", _reordered(oracle)) if oracle != ORDERS[0] else nullcontext()
 
 
-def _run(job: tuple[str, str | None, str, int]) -> tuple[str, str | None, str, float]:
-    """One run: the best value (tensor plan, cycles) or fraction of optimum (a cache) it reached."""
-    cache, t1, oracle, seed = job
+def _run(job: tuple[str, str | None, str, int, int]) -> tuple[str, str | None, str, float]:
+    """One run of ``budget`` evaluations: the best value (tensor plan, cycles) or fraction of optimum (a cache) it reached."""
+    cache, t1, oracle, seed, budget = job
     with _patches(oracle):
         if cache == "tensor":
-            search = Search(_history(), Unhinted(), Spec(strategy="quick", mode="dev", max_evals=TENSOR_BUDGET, seed=seed))
+            search = Search(_history(), Unhinted(), Spec(strategy="quick", mode="dev", max_evals=budget, seed=seed))
             STRATEGIES["quick"](search)
-            return cache, t1, oracle, min(list(search.seen.values())[:TENSOR_BUDGET])
-        return cache, t1, oracle, float(_run_cache((cache, cache, t1, "quick", seed, CACHE_BUDGET))[2][-1])
+            return cache, t1, oracle, min(list(search.seen.values())[:budget])
+        return cache, t1, oracle, float(_run_cache((cache, cache, t1, "quick", seed, budget))[2][-1])
 
 
 def _oracles_on(problem: str) -> tuple[str, ...]:
@@ -129,7 +131,10 @@ def main() -> None:
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--only", nargs="+", default=None,
                         help="problems to run: 'tensor' (the tensor plan) or caches whose file name starts with one of these")
+    parser.add_argument("--budgets", type=int, nargs=2, default=(TENSOR_BUDGET, CACHE_BUDGET), metavar=("TENSOR", "CACHE"),
+                        help=f"evaluations per run on the tensor plan and on a cache (default: {TENSOR_BUDGET} {CACHE_BUDGET})")
     args = parser.parse_args()
+    budget = dict(zip(("tensor", "cache"), args.budgets, strict=True))
     wanted = tuple(args.only) if args.only else None
     caches = sorted(p for p in args.caches.glob("*.json*") if not p.name.endswith(".t1.json")
                     and (wanted is None or p.name.startswith(wanted)))
@@ -139,19 +144,20 @@ def main() -> None:
         parser.error(f"--only {' '.join(args.only)}: no problem matches ('tensor', or the start of a cache's file name in {args.caches})")
     results: dict[tuple[str, str | None, str], list[float]] = {}
     with multiprocessing.Pool(args.jobs) as pool:
-        jobs = [(cache, t1, oracle, seed) for cache, t1 in problems for oracle in _oracles_on(cache) for seed in range(args.seeds)]
+        jobs = [(cache, t1, oracle, seed, budget["tensor" if cache == "tensor" else "cache"])
+                for cache, t1 in problems for oracle in _oracles_on(cache) for seed in range(args.seeds)]
         for cache, t1, oracle, value in pool.imap_unordered(_run, jobs):
             results.setdefault((cache, t1, oracle), []).append(value)
     for cache, t1 in problems:
         if cache == "tensor":
-            print(f"\ntensor plan, no Coupled hint ({TENSOR_BUDGET} evaluations, {args.seeds} seeds): "
+            print(f"\ntensor plan, no Coupled hint ({budget['tensor']} evaluations, {args.seeds} seeds): "
                   f"runs within 1% of {TENSOR_TARGET:,}, median best")
             for order in ORDERS:
                 best = np.array(results[cache, t1, order])
                 print(f"  {order:<18}{(best <= TENSOR_TARGET * 1.01).sum():>5} of {len(best)}{int(np.median(best)):>12,}")
             continue
         known = f"restrictions of {Path(t1).name}" if t1 else "no restrictions"
-        print(f"\n{Path(cache).name} ({known}; {CACHE_BUDGET} evaluations, {args.seeds} seeds): fraction of optimum, "
+        print(f"\n{Path(cache).name} ({known}; {budget['cache']} evaluations, {args.seeds} seeds): fraction of optimum, "
               "median, mean ± s.e.")
         for oracle in _oracles_on(cache):
             fraction = np.array(results[cache, t1, oracle])
