@@ -134,7 +134,9 @@ def main() -> None:
     parser.add_argument("--budgets", type=int, nargs=2, default=(TENSOR_BUDGET, CACHE_BUDGET), metavar=("TENSOR", "CACHE"),
                         help=f"evaluations per run on the tensor plan and on a cache (default: {TENSOR_BUDGET} {CACHE_BUDGET})")
     args = parser.parse_args()
-    budget = dict(zip(("tensor", "cache"), args.budgets, strict=True))
+    tensor_budget, cache_budget = args.budgets
+    if min(args.budgets) < 1:
+        parser.error(f"--budgets {tensor_budget} {cache_budget}: each budget is a number of evaluations, at least 1")
     wanted = tuple(args.only) if args.only else None
     caches = sorted(p for p in args.caches.glob("*.json*") if not p.name.endswith(".t1.json")
                     and (wanted is None or p.name.startswith(wanted)))
@@ -144,20 +146,20 @@ def main() -> None:
         parser.error(f"--only {' '.join(args.only)}: no problem matches ('tensor', or the start of a cache's file name in {args.caches})")
     results: dict[tuple[str, str | None, str], list[float]] = {}
     with multiprocessing.Pool(args.jobs) as pool:
-        jobs = [(cache, t1, oracle, seed, budget["tensor" if cache == "tensor" else "cache"])
+        jobs = [(cache, t1, oracle, seed, tensor_budget if cache == "tensor" else cache_budget)
                 for cache, t1 in problems for oracle in _oracles_on(cache) for seed in range(args.seeds)]
         for cache, t1, oracle, value in pool.imap_unordered(_run, jobs):
             results.setdefault((cache, t1, oracle), []).append(value)
     for cache, t1 in problems:
         if cache == "tensor":
-            print(f"\ntensor plan, no Coupled hint ({budget['tensor']} evaluations, {args.seeds} seeds): "
+            print(f"\ntensor plan, no Coupled hint ({tensor_budget} evaluations, {args.seeds} seeds): "
                   f"runs within 1% of {TENSOR_TARGET:,}, median best")
             for order in ORDERS:
                 best = np.array(results[cache, t1, order])
                 print(f"  {order:<18}{(best <= TENSOR_TARGET * 1.01).sum():>5} of {len(best)}{int(np.median(best)):>12,}")
             continue
         known = f"restrictions of {Path(t1).name}" if t1 else "no restrictions"
-        print(f"\n{Path(cache).name} ({known}; {budget['cache']} evaluations, {args.seeds} seeds): fraction of optimum, "
+        print(f"\n{Path(cache).name} ({known}; {cache_budget} evaluations, {args.seeds} seeds): fraction of optimum, "
               "median, mean ± s.e.")
         for oracle in _oracles_on(cache):
             fraction = np.array(results[cache, t1, oracle])
