@@ -44,7 +44,7 @@ from unittest import mock
 
 import numpy as np
 from real_caches import _run as _run_cache
-from real_caches import _t1_files, mean_with_error
+from real_caches import _t1_files, caches_in, mean_with_error
 from tuner_speed import ROOT, Unhinted, _history
 
 from tuner.objectives.cache import CacheObjective
@@ -137,11 +137,8 @@ def main() -> None:
     tensor_budget, cache_budget = args.budgets
     if min(args.budgets) < 1:
         parser.error(f"--budgets {tensor_budget} {cache_budget}: each budget is a number of evaluations, at least 1")
-    wanted = tuple(args.only) if args.only else None
-    caches = sorted(p for p in args.caches.glob("*.json*") if not p.name.endswith(".t1.json")
-                    and (wanted is None or p.name.startswith(wanted)))
-    problems = [("tensor", None)] if wanted is None or "tensor" in wanted else []
-    problems += [(str(c), str(t1) if t1 else None) for c in caches for t1 in _t1_files(c, args.spaces)]
+    problems = [("tensor", None)] if args.only is None or "tensor" in args.only else []
+    problems += [(str(c), str(t1) if t1 else None) for c in caches_in([args.caches], args.only) for t1 in _t1_files(c, args.spaces)]
     if not problems:
         parser.error(f"--only {' '.join(args.only)}: no problem matches ('tensor', or the start of a cache's file name in {args.caches})")
     results: dict[tuple[str, str | None, str], list[float]] = {}
@@ -154,9 +151,9 @@ def main() -> None:
         if cache == "tensor":
             print(f"\ntensor plan, no Coupled hint ({tensor_budget} evaluations, {args.seeds} seeds): "
                   f"runs within 1% of {TENSOR_TARGET:,}, median best")
-            for order in ORDERS:
-                best = np.array(results[cache, t1, order])
-                print(f"  {order:<18}{(best <= TENSOR_TARGET * 1.01).sum():>5} of {len(best)}{int(np.median(best)):>12,}")
+            for oracle in _oracles_on(cache):
+                best = np.array(results[cache, t1, oracle])
+                print(f"  {oracle:<18}{(best <= TENSOR_TARGET * 1.01).sum():>5} of {len(best)}{int(np.median(best)):>12,}")
             continue
         known = f"restrictions of {Path(t1).name}" if t1 else "no restrictions"
         print(f"\n{Path(cache).name} ({known}; {cache_budget} evaluations, {args.seeds} seeds): fraction of optimum, "

@@ -57,6 +57,13 @@ BLOCK = 20                      # seeds per block whose medians show how much a 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+def caches_in(folders: list[Path], only: list[str] | None = None) -> list[Path]:
+    """The caches in ``folders``, each folder's sorted (its T1 files left out); with ``only``, those whose
+    file name starts with one of its names."""
+    return [p for folder in folders for p in sorted(folder.glob("*.json*")) if not p.name.endswith(".t1.json")
+            and (only is None or p.name.startswith(tuple(only)))]
+
+
 def _t1_files(cache: Path, spaces: Path) -> list[Path | None]:
     """The T1 files a cache is run with: the one of its kernel beside it; for a cache shipped without one,
     none (every configuration the cache lacks is a failed evaluation), then the kernel's file in ``spaces``
@@ -199,8 +206,7 @@ def main() -> None:
             import kernel_tuner  # noqa: F401
         except ImportError:
             raise SystemExit("Kernel Tuner is missing: pip install -e '.[perf]' (or pass --methods without its strategies)") from None
-    caches = [p for folder in args.caches for p in sorted(folder.glob("*.json*")) if not p.name.endswith(".t1.json")
-              and (args.only is None or p.name.startswith(tuple(args.only)))]
+    caches = caches_in(args.caches, args.only)
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:         # one BLAS thread each (see tuner)
         for cache, t1 in ((c, t1) for c in caches for t1 in _t1_files(c, args.spaces)):   # each table once its runs are done
             jobs = [(cache.name, str(cache), str(t1) if t1 else None, m, s, args.budget) for m in methods for s in range(args.seeds)]
