@@ -44,7 +44,7 @@ from unittest import mock
 
 import numpy as np
 from real_caches import _run as _run_cache
-from real_caches import _t1_files, caches_in, mean_with_error
+from real_caches import _t1_files, at_least_one, caches_in, mean_with_error
 from tuner_speed import ROOT, Unhinted, _history
 
 from tuner.objectives.cache import CacheObjective
@@ -127,16 +127,14 @@ def main() -> None:
                         help="folder of Kernel Tuner caches (default: the shared GPU caches beside this checkout)")
     parser.add_argument("--spaces", type=Path, default=Path(__file__).resolve().parent / "spaces",
                         help="T1 files for caches shipped without one (default: perf/spaces)")
-    parser.add_argument("--seeds", type=int, default=100)
-    parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--seeds", type=at_least_one, default=100)
+    parser.add_argument("--jobs", type=at_least_one, default=2)
     parser.add_argument("--only", nargs="+", default=None,
                         help="problems to run: 'tensor' (the tensor plan) or caches whose file name starts with one of these")
-    parser.add_argument("--budgets", type=int, nargs=2, default=(TENSOR_BUDGET, CACHE_BUDGET), metavar=("TENSOR", "CACHE"),
+    parser.add_argument("--budgets", type=at_least_one, nargs=2, default=(TENSOR_BUDGET, CACHE_BUDGET), metavar=("TENSOR", "CACHE"),
                         help=f"evaluations per run on the tensor plan and on a cache (default: {TENSOR_BUDGET} {CACHE_BUDGET})")
     args = parser.parse_args()
     tensor_budget, cache_budget = args.budgets
-    if min(args.budgets) < 1:
-        parser.error(f"--budgets {tensor_budget} {cache_budget}: each budget is a number of evaluations, at least 1")
     problems = [("tensor", None)] if args.only is None or "tensor" in args.only else []
     problems += [(str(c), str(t1) if t1 else None) for c in caches_in([args.caches], args.only) for t1 in _t1_files(c, args.spaces)]
     if not problems:

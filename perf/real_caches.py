@@ -57,6 +57,17 @@ BLOCK = 20                      # seeds per block whose medians show how much a 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
+def at_least_one(text: str) -> int:
+    """An ``argparse`` type: a count (seeds, evaluations, processes) of at least 1."""
+    try:
+        count = int(text)
+    except ValueError:
+        count = 0
+    if count < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count of at least 1")
+    return count
+
+
 def caches_in(folders: list[Path], only: list[str] | None = None) -> list[Path]:
     """The caches in ``folders``, each folder's sorted (its T1 files left out); with ``only``, those whose
     file name starts with one of its names."""
@@ -194,11 +205,12 @@ def main() -> None:
                         help="folders of caches (default: the shared GPU caches, then perf/caches)")
     parser.add_argument("--spaces", type=Path, default=Path(__file__).resolve().parent / "spaces",
                         help="T1 files for caches shipped without one (default: perf/spaces)")
-    parser.add_argument("--seeds", type=int, default=20)
-    parser.add_argument("--budget", type=int, default=200)
-    parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--only", nargs="*", default=None, help="caches whose file name starts with one of these")
-    parser.add_argument("--methods", nargs="*", default=None, help="methods to run (default: all)")
+    parser.add_argument("--seeds", type=at_least_one, default=20)
+    parser.add_argument("--budget", type=at_least_one, default=200)
+    parser.add_argument("--jobs", type=at_least_one, default=2)
+    parser.add_argument("--only", nargs="+", default=None, help="caches whose file name starts with one of these")
+    parser.add_argument("--methods", nargs="+", default=None, choices=[*OURS, *OPTUNA, *KERNEL_TUNER], metavar="METHOD",
+                        help=f"methods to run (default: all of {', '.join(map(repr, [*OURS, *OPTUNA, *KERNEL_TUNER]))})")
     args = parser.parse_args()
     methods = args.methods or [*OURS, *OPTUNA, *KERNEL_TUNER]
     if any(m in KERNEL_TUNER for m in methods):
@@ -207,6 +219,8 @@ def main() -> None:
         except ImportError:
             raise SystemExit("Kernel Tuner is missing: pip install -e '.[perf]' (or pass --methods without its strategies)") from None
     caches = caches_in(args.caches, args.only)
+    if not caches:
+        parser.error(f"no cache{' starts with ' + ' or '.join(args.only) if args.only else ''} in {' '.join(map(str, args.caches))}")
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:         # one BLAS thread each (see tuner)
         for cache, t1 in ((c, t1) for c in caches for t1 in _t1_files(c, args.spaces)):   # each table once its runs are done
             jobs = [(cache.name, str(cache), str(t1) if t1 else None, m, s, args.budget) for m in methods for s in range(args.seeds)]
