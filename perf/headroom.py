@@ -43,8 +43,9 @@ from pathlib import Path
 from unittest import mock
 
 import numpy as np
+from arguments import at_least_one
 from real_caches import _run as _run_cache
-from real_caches import _t1_files, at_least_one, caches_in, mean_with_error
+from real_caches import _t1_files, caches_in, mean_with_error
 from tuner_speed import ROOT, Unhinted, _history
 
 from tuner.objectives.cache import CacheObjective

@@ -19,6 +19,7 @@ import time
 from pathlib import Path
 
 import numpy as np
+from arguments import at_least_one
 
 from tuner import service
 from tuner.history import History, TrialRecord, rows_of
@@ -66,8 +67,8 @@ def per_study_reads(url: str, objective: str) -> float:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--studies", type=int, default=50)
-    parser.add_argument("--trials", type=int, default=2000)
+    parser.add_argument("--studies", type=at_least_one, default=50)
+    parser.add_argument("--trials", type=at_least_one, default=2000)
     args = parser.parse_args()
     workspace = Path(tempfile.mkdtemp(prefix="tuner-history-reads-"))
     start = time.perf_counter()

@@ -13,6 +13,7 @@ import time
 from pathlib import Path
 
 import anyio
+from arguments import at_least_one
 from mcp import Client, StdioServerParameters
 
 from tuner.mcp_client import find_server
@@ -34,7 +35,7 @@ async def once() -> tuple[float, float]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--runs", type=int, default=5)
+    parser.add_argument("--runs", type=at_least_one, default=5)
     runs = [anyio.run(once) for _ in range(parser.parse_args().runs)]
     listed, called = zip(*runs, strict=True)
     print(f"start -> first tool list: median {statistics.median(listed):.2f} s (max {max(listed):.2f} s) over {len(runs)} cold starts")

@@ -41,6 +41,7 @@ from pathlib import Path
 
 import numpy as np
 import optuna
+from arguments import at_least_one
 
 from tuner.history import History
 from tuner.objectives.cache import CacheObjective
@@ -55,17 +56,6 @@ OURS = ("quick", "bayes", "checkpoint")
 OPTUNA = ("optuna TPE", "optuna random")
 BLOCK = 20                      # seeds per block whose medians show how much a 20-seed median moves
 optuna.logging.set_verbosity(optuna.logging.WARNING)
-
-
-def at_least_one(text: str) -> int:
-    """An ``argparse`` type: a count (seeds, evaluations, processes) of at least 1."""
-    try:
-        count = int(text)
-    except ValueError:
-        count = 0
-    if count < 1:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a count of at least 1")
-    return count
 
 
 def caches_in(folders: list[Path], only: list[str] | None = None) -> list[Path]:

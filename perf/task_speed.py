@@ -15,6 +15,7 @@ import time
 os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 import numpy as np
+from arguments import at_least_one
 
 from tuner.plan import KNOBS, decode
 from tuner.task import verifier
@@ -23,7 +24,7 @@ from tuner.task.benchmark import benchmark_report, score_batch
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
-    parser.add_argument("--plans", type=int, default=1_000_000)
+    parser.add_argument("--plans", type=at_least_one, default=1_000_000)
     args = parser.parse_args()
     rng = np.random.default_rng(0)
     idx = np.stack([rng.integers(0, k.size, args.plans) for k in KNOBS], axis=1).astype(np.int16)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import numpy as np
 import optuna
+from arguments import at_least_one
 from optuna.distributions import CategoricalDistribution
 from optuna.trial import TrialState, create_trial
 
@@ -219,8 +220,8 @@ def bayes_cost(held: tuple[int, ...] = (100, 200, 1000), asks: int = 5) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--seeds", type=int, default=10)
-    parser.add_argument("--budget", type=int, default=500)
+    parser.add_argument("--seeds", type=at_least_one, default=10)
+    parser.add_argument("--budget", type=at_least_one, default=500)
     parser.add_argument("--only-growth", action="store_true", help="measure only the cost figures 5 to 7")
     args = parser.parse_args()
     if args.only_growth:

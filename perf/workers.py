@@ -35,6 +35,7 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from arguments import at_least_one, positive_seconds
 from sqlalchemy import text
 
 from tuner import BLAS_THREADS
@@ -182,11 +183,13 @@ def crowd(url: str, workspace: Path, workers: int, kills: int) -> None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("--seconds", type=float, default=20.0, help="time budget of each throughput run (default 20)")
-    parser.add_argument("--workers", type=int, nargs="+", default=[1, 2, 4, 8], help="worker counts (default 1 2 4 8)")
-    parser.add_argument("--crowd", type=int, default=16, help="workers in the kill run (default 16)")
+    parser.add_argument("--seconds", type=positive_seconds, default=20.0, help="time budget of each throughput run (default 20)")
+    parser.add_argument("--workers", type=at_least_one, nargs="+", default=[1, 2, 4, 8], help="worker counts (default 1 2 4 8)")
+    parser.add_argument("--crowd", type=at_least_one, default=16, help="workers in the kill run (default 16)")
     parser.add_argument("--kills", type=int, default=4, help="workers killed in it (default 4)")
     args = parser.parse_args()
+    if not 0 <= args.kills <= args.crowd:
+        parser.error(f"argument --kills: {args.kills} is not between 0 and the crowd's {args.crowd} workers")
     root = Path(tempfile.mkdtemp(prefix="tuner-workers-"))
     try:
         sleeping, model = _workspace(root, True), _workspace(root, False)

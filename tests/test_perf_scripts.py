@@ -1,0 +1,26 @@
+"""The perf scripts refuse a count or a time that would run nothing: exit 2 with the option and the value named,
+before anything runs or prints (they used to fail deep inside a run with a traceback)."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from conftest import ROOT
+
+
+@pytest.mark.parametrize(("script", "wrong", "named"), [
+    ("task_speed.py", ["--plans", "0"], "--plans: '0' is not a count of at least 1"),
+    ("history_reads.py", ["--trials", "-5"], "--trials: '-5' is not a count of at least 1"),
+    ("mcp_startup.py", ["--runs", "two"], "--runs: 'two' is not a count of at least 1"),
+    ("tuner_speed.py", ["--budget", "0"], "--budget: '0' is not a count of at least 1"),
+    ("headroom.py", ["--jobs", "0"], "--jobs: '0' is not a count of at least 1"),
+    ("workers.py", ["--workers", "1", "0"], "--workers: '0' is not a count of at least 1"),
+    ("workers.py", ["--seconds", "nan"], "--seconds: 'nan' is not a number of seconds above 0"),
+    ("workers.py", ["--crowd", "4", "--kills", "5"], "--kills: 5 is not between 0 and the crowd's 4 workers"),
+])
+def test_a_perf_script_refuses_a_count_that_would_run_nothing(tmp_path, script, wrong, named):
+    out = subprocess.run([sys.executable, str(ROOT / "perf" / script), *wrong], capture_output=True, text=True,
+                         cwd=tmp_path, timeout=120)
+    assert out.returncode == 2 and named in out.stderr and "Traceback" not in out.stderr and not out.stdout
