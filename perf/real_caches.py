@@ -54,6 +54,7 @@ CHECKPOINTS = (25, 50, 100, 200)
 KERNEL_TUNER = ("bayes_opt", "genetic_algorithm", "simulated_annealing", "dual_annealing", "greedy_ils", "pso")
 OURS = ("quick", "bayes", "checkpoint")
 OPTUNA = ("optuna TPE", "optuna random")
+METHODS = (*OURS, *OPTUNA, *KERNEL_TUNER)
 BLOCK = 20                      # seeds per block whose medians show how much a 20-seed median moves
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
@@ -199,10 +200,10 @@ def main() -> None:
     parser.add_argument("--budget", type=at_least_one, default=200)
     parser.add_argument("--jobs", type=at_least_one, default=2)
     parser.add_argument("--only", nargs="+", default=None, help="caches whose file name starts with one of these")
-    parser.add_argument("--methods", nargs="+", default=None, choices=[*OURS, *OPTUNA, *KERNEL_TUNER], metavar="METHOD",
-                        help=f"methods to run (default: all of {', '.join(map(repr, [*OURS, *OPTUNA, *KERNEL_TUNER]))})")
+    parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS, metavar="METHOD",
+                        help=f"methods to run (default: all of {', '.join(map(repr, METHODS))})")
     args = parser.parse_args()
-    methods = args.methods or [*OURS, *OPTUNA, *KERNEL_TUNER]
+    methods = args.methods
     if any(m in KERNEL_TUNER for m in methods):
         try:
             import kernel_tuner  # noqa: F401

@@ -1,5 +1,6 @@
-"""The perf scripts refuse a count or a time that would run nothing: exit 2 with the option and the value named,
-before anything runs or prints (they used to fail deep inside a run with a traceback)."""
+"""The perf scripts refuse what would run nothing (a count below 1, a time of 0, a method or a cache that is not there):
+exit 2 with the option and the value named, before anything runs or prints (they used to fail deep inside a run
+with a traceback, or run nothing and say so nowhere)."""
 
 from __future__ import annotations
 
@@ -16,6 +17,9 @@ from conftest import ROOT
     ("mcp_startup.py", ["--runs", "two"], "--runs: 'two' is not a count of at least 1"),
     ("tuner_speed.py", ["--budget", "0"], "--budget: '0' is not a count of at least 1"),
     ("headroom.py", ["--jobs", "0"], "--jobs: '0' is not a count of at least 1"),
+    ("real_caches.py", ["--seeds", "0"], "--seeds: '0' is not a count of at least 1"),
+    ("real_caches.py", ["--methods", "tpe"], "--methods: invalid choice: 'tpe'"),
+    ("real_caches.py", ["--only", "zzz"], "no cache starts with zzz in"),
     ("workers.py", ["--workers", "1", "0"], "--workers: '0' is not a count of at least 1"),
     ("workers.py", ["--seconds", "nan"], "--seconds: 'nan' is not a number of seconds above 0"),
     ("workers.py", ["--crowd", "4", "--kills", "5"], "--kills: 5 is not between 0 and the crowd's 4 workers"),

@@ -205,8 +205,7 @@ def test_another_gpus_cache_replays_from_the_command_line(tmp_path):
 
 def test_perf_real_caches_reports_what_the_command_line_finds(tmp_path):
     """perf/real_caches.py's figure for quick is the fraction of optimum that `search_plans` reaches with the same
-    seeds and budget; Optuna's TPE gets a row of its own, and every fraction lies in (0, 1]. No cache to run, a method
-    it does not know or no seed exits 2 naming it, before anything runs."""
+    seeds and budget; Optuna's TPE gets a row of its own, and every fraction lies in (0, 1]."""
     out = subprocess.run([sys.executable, str(ROOT / "perf" / "real_caches.py"), "--caches", str(OTHER_GPU.parent),
                           "--seeds", "2", "--budget", "25", "--jobs", "1", "--methods", "quick", "optuna TPE"],
                          capture_output=True, text=True, cwd=tmp_path, timeout=300)
@@ -221,11 +220,6 @@ def test_perf_real_caches_reports_what_the_command_line_finds(tmp_path):
         command = ("--objective", f"cache:{OTHER_GPU}", "--json", "search_plans", "--strategy", "quick", "--seed", str(seed))
         reached.append(optimum / json.loads(_cli(*command, "--max-evals", "25", cwd=workspace).stdout)["best"]["time"])
     assert rows["quick"][-2] == f"{np.mean(reached):.3f}"          # the mean at 25 evaluations, then its standard error
-    for wrong, named in ((["--only", "gemm"], "no cache starts with gemm"), (["--methods", "tpe"], "'tpe'"),
-                         (["--seeds", "0"], "--seeds: '0'")):
-        refused = subprocess.run([sys.executable, str(ROOT / "perf" / "real_caches.py"), "--caches", str(OTHER_GPU.parent), *wrong],
-                                 capture_output=True, text=True, cwd=tmp_path, timeout=60)
-        assert refused.returncode == 2 and named in refused.stderr and not refused.stdout, wrong
 
 
 def test_perf_headroom_failure_oracles_spend_no_evaluation_on_a_failure_where_they_know(tmp_path, monkeypatch):
