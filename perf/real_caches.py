@@ -204,14 +204,14 @@ def main() -> None:
                         help=f"methods to run (default: all of {', '.join(map(repr, METHODS))})")
     args = parser.parse_args()
     methods = args.methods
+    caches = caches_in(args.caches, args.only)
+    if not caches:
+        parser.error(f"no cache{' starts with ' + ' or '.join(args.only) if args.only else ''} in {' '.join(map(str, args.caches))}")
     if any(m in KERNEL_TUNER for m in methods):
         try:
             import kernel_tuner  # noqa: F401
         except ImportError:
             raise SystemExit("Kernel Tuner is missing: pip install -e '.[perf]' (or pass --methods without its strategies)") from None
-    caches = caches_in(args.caches, args.only)
-    if not caches:
-        parser.error(f"no cache{' starts with ' + ' or '.join(args.only) if args.only else ''} in {' '.join(map(str, args.caches))}")
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:         # one BLAS thread each (see tuner)
         for cache, t1 in ((c, t1) for c in caches for t1 in _t1_files(c, args.spaces)):   # each table once its runs are done
             jobs = [(cache.name, str(cache), str(t1) if t1 else None, m, s, args.budget) for m in methods for s in range(args.seeds)]
