@@ -4,6 +4,7 @@ instead of failing deep inside a run."""
 from __future__ import annotations
 
 import argparse
+import math
 
 
 def at_least_one(text: str) -> int:
@@ -23,6 +24,6 @@ def positive_seconds(text: str) -> float:
         seconds = float(text)
     except ValueError:
         seconds = 0.0
-    if not seconds > 0 or seconds == float("inf"):
+    if not (math.isfinite(seconds) and seconds > 0):
         raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
     return seconds

@@ -203,19 +203,18 @@ def main() -> None:
     parser.add_argument("--methods", nargs="+", default=list(METHODS), choices=METHODS, metavar="METHOD",
                         help=f"methods to run (default: all of {', '.join(map(repr, METHODS))})")
     args = parser.parse_args()
-    methods = args.methods
     caches = caches_in(args.caches, args.only)
     if not caches:
         parser.error(f"no cache{' starts with ' + ' or '.join(args.only) if args.only else ''} in {' '.join(map(str, args.caches))}")
-    if any(m in KERNEL_TUNER for m in methods):
+    if any(m in KERNEL_TUNER for m in args.methods):
         try:
             import kernel_tuner  # noqa: F401
         except ImportError:
             raise SystemExit("Kernel Tuner is missing: pip install -e '.[perf]' (or pass --methods without its strategies)") from None
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:         # one BLAS thread each (see tuner)
         for cache, t1 in ((c, t1) for c in caches for t1 in _t1_files(c, args.spaces)):   # each table once its runs are done
-            jobs = [(cache.name, str(cache), str(t1) if t1 else None, m, s, args.budget) for m in methods for s in range(args.seeds)]
-            curves: dict[str, list[np.ndarray]] = {m: [] for m in methods}
+            jobs = [(cache.name, str(cache), str(t1) if t1 else None, m, s, args.budget) for m in args.methods for s in range(args.seeds)]
+            curves: dict[str, list[np.ndarray]] = {m: [] for m in args.methods}
             for _, method, fraction in pool.imap(_run, jobs):                 # in seed order: blocks of seeds are comparable
                 curves[method].append(fraction)
             known = f"restrictions of {t1.parent.name}/{t1.name}" if t1 else "no T1 file: no restrictions"

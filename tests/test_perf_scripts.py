@@ -17,6 +17,8 @@ from conftest import ROOT
     ("mcp_startup.py", ["--runs", "two"], "--runs: 'two' is not a count of at least 1"),
     ("tuner_speed.py", ["--budget", "0"], "--budget: '0' is not a count of at least 1"),
     ("headroom.py", ["--jobs", "0"], "--jobs: '0' is not a count of at least 1"),
+    ("headroom.py", ["--budgets", "300", "0"], "--budgets: '0' is not a count"),
+    ("headroom.py", ["--caches", str(ROOT / "perf" / "caches"), "--only", "gemm"], "--only gemm"),   # no GEMM cache there
     ("real_caches.py", ["--seeds", "0"], "--seeds: '0' is not a count of at least 1"),
     ("real_caches.py", ["--methods", "tpe"], "--methods: invalid choice: 'tpe'"),
     ("real_caches.py", ["--only", "zzz"], "no cache starts with zzz in"),
@@ -24,7 +26,7 @@ from conftest import ROOT
     ("workers.py", ["--seconds", "nan"], "--seconds: 'nan' is not a number of seconds above 0"),
     ("workers.py", ["--crowd", "4", "--kills", "5"], "--kills: 5 is not between 0 and the crowd's 4 workers"),
 ])
-def test_a_perf_script_refuses_a_count_that_would_run_nothing(tmp_path, script, wrong, named):
+def test_a_perf_script_refuses_what_would_run_nothing(tmp_path, script, wrong, named):
     out = subprocess.run([sys.executable, str(ROOT / "perf" / script), *wrong], capture_output=True, text=True,
                          cwd=tmp_path, timeout=120)
     assert out.returncode == 2 and named in out.stderr and "Traceback" not in out.stderr and not out.stdout

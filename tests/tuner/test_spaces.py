@@ -247,7 +247,7 @@ def test_perf_headroom_failure_oracles_spend_no_evaluation_on_a_failure_where_th
 def test_perf_headroom_runs_only_the_problems_asked_for(tmp_path):
     """perf/headroom.py --only runs the named problems alone: a cache by the start of its file name, at the cache
     budget --budgets gives, with every oracle's row (of one seed: its median and mean alike, with no standard error)
-    and no tensor-plan table; a name that matches nothing, or a budget of no evaluation, exits 2 naming it."""
+    and no tensor-plan table (its refusals are in tests/test_perf_scripts.py)."""
     script = (sys.executable, str(ROOT / "perf" / "headroom.py"), "--caches", str(OTHER_GPU.parent), "--seeds", "1", "--jobs", "1")
     out = subprocess.run([*script, "--only", "convolution", "--budgets", "300", "40"], capture_output=True, text=True,
                          cwd=tmp_path, timeout=300)
@@ -255,10 +255,6 @@ def test_perf_headroom_runs_only_the_problems_asked_for(tmp_path):
     assert f"{OTHER_GPU.name} (no restrictions; 40 evaluations" in out.stdout and "tensor plan" not in out.stdout
     rows = [line.split() for line in out.stdout.splitlines() if line.startswith("  ")]
     assert len(rows) == 5 and all(0 < float(row[-2]) <= 1 and row[-1] == row[-2] for row in rows)   # one seed: median = mean
-    missing = subprocess.run([*script, "--only", "gemm"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert missing.returncode == 2 and "--only gemm" in missing.stderr and not missing.stdout
-    empty = subprocess.run([*script, "--budgets", "300", "0"], capture_output=True, text=True, cwd=tmp_path, timeout=60)
-    assert empty.returncode == 2 and "--budgets: '0' is not a count" in empty.stderr and not empty.stdout
 
 
 def test_the_gemm_space_file_allows_what_the_rtx_3090_cache_measured():
