@@ -108,6 +108,39 @@ def test_cache_objective_scores_records_failures_and_absences(tmp_path):
     assert objective.report({"bx": 64, "tile": 2})["reason"] == "RuntimeFailedConfig"
 
 
+T4_INVALIDITY = {"InvalidConfig": "constraints", "CompilationFailedConfig": "compile", "RuntimeFailedConfig": "runtime"}
+
+
+def _t4_result(config, time):
+    """One result of a T4 results file, as Kernel Tuner's ``get_t4_results`` writes it (time: ms or an error marker)."""
+    return {"configuration": config, "times": {"runtimes": []}, "invalidity": T4_INVALIDITY.get(time, "correct"), "correctness": 1,
+            "measurements": [{"name": "time", "value": time, "unit": "ms"}], "objectives": ["time"]}
+
+
+def test_a_t4_results_file_replays_like_the_same_measurements_in_a_kernel_tuner_cache(tmp_path):
+    cache = json.loads(gzip.decompress(OTHER_GPU.read_bytes()))
+    names, records = cache["tune_params_keys"], list(cache["cache"].values())
+    results = [_t4_result({n: record[n] for n in names}, record["time"]) for record in records]
+    (tmp_path / "results.json").write_text(json.dumps({"schema_version": "1.0.0", "results": results}))
+    t4 = CacheObjective(tmp_path / "results.json")
+    recorded = {n: [v for v in cache["tune_params"][n] if any(r[n] == v for r in records)] for n in names}
+    assert {k.name: list(k.choices) for k in t4.space.knobs} == recorded          # a T4 file spans the values it records
+    (tmp_path / "recorded.t1.json").write_text(json.dumps(t1([{"Name": n, "Values": v} for n, v in recorded.items()])))
+    kt = CacheObjective(OTHER_GPU, tmp_path / "recorded.t1.json")
+    assert [(k.name, k.choices, k.kind) for k in t4.space.knobs] == [(k.name, k.choices, k.kind) for k in kt.space.knobs]
+    grid = np.indices(kt.space.sizes).reshape(len(names), -1).T.astype(np.int16)          # every configuration of the space
+    mine, theirs = t4.evaluate(grid), kt.evaluate(grid)
+    assert np.array_equal(mine.cycles, theirs.cycles) and mine.reasons == theirs.reasons
+    assert Counter(mine.reasons) == {None: 5256, "CompilationFailedConfig": 1426, "RuntimeFailedConfig": 86, NOT_MEASURED: len(grid) - 6768}
+    runs = []
+    for objective in (t4, kt):
+        spec = Spec(strategy="quick", mode="time", max_evals=60, seed=0)
+        search = Search(History(f"sqlite:///{tmp_path / objective.source}.db"), objective, spec)
+        STRATEGIES["quick"](search)
+        runs.append(list(search.seen.values()))
+    assert runs[0] == runs[1] and len(runs[0]) >= 60
+
+
 def test_a_t1_space_adds_restrictions_to_a_cache(tmp_path):
     cache = toy_cache(tmp_path, {(32, 1): 2.5, (64, 1): 1.25})
     (tmp_path / "toy.t1.json").write_text(json.dumps(t1([{"Name": "tile", "Values": [1, 2]}, {"Name": "bx", "Values": [32, 64, 128]}],
@@ -126,14 +159,20 @@ def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
                           cwd=cwd, timeout=300)
 
 
-@pytest.mark.parametrize(("make", "fragment"), [
-    (lambda d: d.joinpath("c.json.gz").write_bytes(gzip.compress(b'{"tune_params": {"a": [1]}, "cache": {}}')[:20]), "cannot be read"),
-    (lambda d: d.joinpath("c.json.gz").write_bytes(gzip.compress(b'{"cache": {}}')), "needs tune_params"),
-    (lambda d: d.joinpath("c.json.gz").write_bytes(gzip.compress(b'{"tune_params": {"a": 3}, "tune_params_keys": ["a"], "cache": {}}')),
-     "values must be a non-empty list"),
+def _gz(data) -> bytes:
+    return gzip.compress(json.dumps(data).encode())
+
+
+@pytest.mark.parametrize(("content", "fragment"), [
+    (_gz({"tune_params": {"a": [1]}, "cache": {}})[:20], "cannot be read"),
+    (_gz({"cache": {}}), "needs tune_params"),
+    (_gz({"tune_params": {"a": 3}, "tune_params_keys": ["a"], "cache": {}}), "values must be a non-empty list"),
+    (_gz({"results": [_t4_result({"a": [1, 2]}, 1.0)]}), "results[0]: knob 'a': '[1, 2]' is not a number, string or boolean"),
+    (_gz({"results": [{**_t4_result({"a": 1}, 1.0), "measurements": 5}]}), "results[0]: measurements must be a list"),
+    (_gz({"results": [_t4_result({"a": 1}, 1.0), _t4_result({"b": 1}, 2.0)]}), "results[1] configures ['b'], results[0] ['a']"),
 ])
-def test_bad_caches_exit_2_with_one_line_and_write_nothing(tmp_path, make, fragment):
-    make(tmp_path)
+def test_bad_caches_exit_2_with_one_line_and_write_nothing(tmp_path, content, fragment):
+    (tmp_path / "c.json.gz").write_bytes(content)
     before = sorted(p.name for p in tmp_path.iterdir())
     out = _cli("--objective", "cache:c.json.gz", "search_plans", "--max-evals", "5", cwd=tmp_path)
     assert out.returncode == 2 and fragment in out.stderr, out.stderr

@@ -3,8 +3,9 @@
 It replays a Kernel Tuner cache file (``tune_params``, ``tune_params_keys``, ``cache``; ``.json``
 or ``.json.gz``) or a T4 results file (``results`` with ``configuration`` and ``measurements``).
 The value is the recorded time (ms, lower is better). A configuration recorded with an error
-marker (``InvalidConfig``, ``CompilationFailedConfig``, ``RuntimeFailedConfig``, ``ErrorConfig``)
-is infeasible with that reason; one the file does not hold is infeasible as "not measured". The
+marker (``InvalidConfig``, ``CompilationFailedConfig``, ``RuntimeFailedConfig``, ``ErrorConfig``;
+a T4 ``invalidity`` of ``constraints``, ``compile`` or ``runtime`` reads as the first three) is
+infeasible with that reason; one the file does not hold is infeasible as "not measured". The
 space comes from the file, or from a T1 file naming the same knobs (which adds its restrictions
 and defaults). Restrictions are the only cheap feasibility: which configurations were measured is
 not known before they are asked for.
@@ -25,6 +26,9 @@ from tuner.space import Config, Space, SpaceError, load_space, read_json, space_
 MODE = "time"
 ERROR_MARKERS = ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "ErrorConfig")
 NOT_MEASURED = "not measured"
+NO_TIME = "no time measurement"                 # a record that holds neither a time nor an error marker
+T4_INVALIDITY = {"compile": "CompilationFailedConfig", "runtime": "RuntimeFailedConfig", "constraints": "InvalidConfig"}
+MAX_NAMED = 20                                  # knob names quoted in an error, at most
 
 
 def _kernel_tuner(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[dict[str, Any], Any]]]:
@@ -39,27 +43,40 @@ def _kernel_tuner(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[
     for key, record in records.items():
         if not isinstance(record, dict):
             raise SpaceError(f"{source}: cache record {str(key)[:40]!r} is not an object")
-        out.append(({name: record.get(name) for name in space.names}, record.get("time")))
+        out.append(({name: record.get(name) for name in space.names}, record.get("time", NO_TIME)))
     return space, out
 
 
-def _t4(data: dict[str, Any], source: str) -> tuple[Space | None, list[tuple[dict[str, Any], Any]]]:
+def _t4_time(result: dict[str, Any], where: str) -> Any:
+    """A T4 result's time (ms), or why it has none: Kernel Tuner's marker for T4's ``invalidity``."""
+    invalidity = str(result.get("invalidity", "correct"))
+    if invalidity != "correct":
+        return T4_INVALIDITY.get(invalidity, invalidity[:40])
+    measurements = result.get("measurements", [])
+    if not isinstance(measurements, list):
+        raise SpaceError(f"{where}: measurements must be a list")
+    return next((m.get("value") for m in measurements if isinstance(m, dict) and m.get("name") == MODE), NO_TIME)
+
+
+def _t4(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[dict[str, Any], Any]]]:
+    """The records of a T4 results file, and the space their configurations span (each knob's values sorted)."""
     results = data.get("results")
-    if not isinstance(results, list):
-        raise SpaceError(f"{source}: a T4 results file needs a results list")
-    out = []
+    if not isinstance(results, list) or not results:
+        raise SpaceError(f"{source}: a T4 results file needs a non-empty results list")
+    out: list[tuple[dict[str, Any], Any]] = []
     for i, result in enumerate(results):
         config = result.get("configuration") if isinstance(result, dict) else None
-        if not isinstance(config, dict):
+        if not isinstance(config, dict) or not config:
             raise SpaceError(f"{source}: results[{i}] has no configuration object")
-        invalid = result.get("invalidity", "correct")
-        times = [m.get("value") for m in result.get("measurements", []) if isinstance(m, dict) and m.get("name") == MODE]
-        out.append((config, times[0] if invalid == "correct" and times else str(invalid or "ErrorConfig")))
-    if not out:
-        raise SpaceError(f"{source}: the results list is empty")
-    names = list(out[0][0])
-    values = {n: sorted({c.get(n) for c, _ in out if c.get(n) is not None}, key=lambda v: (isinstance(v, str), v)) for n in names}
-    return space_from_tune_params(values, names, Path(source).stem, source), out
+        if out and config.keys() != out[0][0].keys():
+            raise SpaceError(f"{source}: results[{i}] configures {sorted(config)[:MAX_NAMED]}, results[0] {sorted(out[0][0])[:MAX_NAMED]}")
+        for name, value in config.items():
+            if not isinstance(value, int | float | str | bool):
+                raise SpaceError(f"{source}: results[{i}]: knob {str(name)[:40]!r}: {str(value)[:40]!r} is not a number, string or boolean")
+        out.append((config, _t4_time(result, f"{source}: results[{i}]")))
+    values = {name: [v for _, v in sorted({(type(c[name]), c[name]) for c, _ in out}, key=lambda tv: (isinstance(tv[1], str), tv[1]))]
+              for name in out[0][0]}
+    return space_from_tune_params(values, list(values), Path(source).stem, source), out
 
 
 class CacheObjective:
