@@ -8,7 +8,8 @@ Everything else (attributes, subscripts, other calls, dunder names, lambdas, imp
 is refused with :class:`ExpressionError` naming the expression. Python's ``eval`` is never used.
 
 Names may be bound to numpy arrays: a condition is then evaluated for many configurations at once
-(``and``/``or``/``not`` and chained comparisons become element-wise).
+(``and``/``or``/``not`` and chained comparisons become element-wise). On scalars, ``and``, ``or`` and
+chained comparisons short-circuit as in Python, so a guard such as ``t == 0 or n % t == 0`` holds.
 """
 
 from __future__ import annotations
@@ -67,11 +68,19 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
 }
 
 
-def _both(values: list[Any], vector: Callable[[Any, Any], Any], scalar: Callable[[Any, Any], Any]) -> Any:
-    out = values[0]
-    for v in values[1:]:
-        out = vector(out, v) if isinstance(out, np.ndarray) or isinstance(v, np.ndarray) else scalar(out, v)
-    return out
+def _and(a: Any, b: Any) -> Any:
+    """Python's ``a and b`` element by element: ``b`` where ``a`` is true, else ``a``."""
+    return np.where(np.asarray(a, dtype=bool), b, a)
+
+
+def _or(a: Any, b: Any) -> Any:
+    """Python's ``a or b`` element by element: ``a`` where it is true, else ``b``."""
+    return np.where(np.asarray(a, dtype=bool), a, b)
+
+
+def _elementwise(vector: Callable[[Any, Any], Any], out: Any, value: Any) -> Any:
+    """``vector(out, value)`` where either is an array; otherwise ``value`` (the scalar operand that decides)."""
+    return vector(out, value) if isinstance(out, np.ndarray) or isinstance(value, np.ndarray) else value
 
 
 class _Interpreter:
@@ -135,20 +144,23 @@ class _Interpreter:
         raise self.refuse(node, f"operator {type(node.op).__name__} is not allowed")
 
     def _BoolOp(self, node: ast.BoolOp) -> Any:
-        values = [self.run(v) for v in node.values]
-        if not any(isinstance(v, np.ndarray) for v in values):     # Python's short-circuit result
-            pick = (lambda v: not v) if isinstance(node.op, ast.And) else bool
-            return next((v for v in values[:-1] if pick(v)), values[-1])
-        vector = np.logical_and if isinstance(node.op, ast.And) else np.logical_or
-        return _both(values, vector, vector)
+        is_and = isinstance(node.op, ast.And)
+        out = self.run(node.values[0])
+        for item in node.values[1:]:
+            if not isinstance(out, np.ndarray) and (not out if is_and else out):
+                return out                                          # Python's short-circuit: the rest is not evaluated
+            out = _elementwise(_and if is_and else _or, out, self.run(item))
+        return out
 
     def _Compare(self, node: ast.Compare) -> Any:
-        left, results = self.run(node.left), []
+        left, out = self.run(node.left), True
         for op, comparator in zip(node.ops, node.comparators, strict=True):
             right = self.run(comparator)
-            results.append(_COMPARE[type(op)](left, right))
+            out = _elementwise(np.logical_and, out, _COMPARE[type(op)](left, right))
+            if not isinstance(out, np.ndarray) and not out:
+                return out                                          # a chain short-circuits too
             left = right
-        return _both(results, np.logical_and, lambda a, b: a and b)
+        return out
 
     def _IfExp(self, node: ast.IfExp) -> Any:
         test = self.run(node.test)

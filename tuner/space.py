@@ -213,16 +213,31 @@ class Space:
         return [np.array(k.choices) for k in self.knobs]
 
     def allowed(self, idx: np.ndarray) -> np.ndarray:
-        """Whether each configuration of ``idx`` passes every restriction (bool per row)."""
+        """Whether each configuration of ``idx`` passes every restriction (bool per row), as Python would
+        evaluate each restriction for it: one that fails for a configuration (a division by zero) rules it out.
+
+        A restriction is evaluated for all rows at once; where that fails (a division by zero, an operation
+        numpy refuses), it is evaluated again row by row, so that ``and``/``or`` guards short-circuit."""
         idx = np.asarray(idx).reshape(-1, len(self.knobs))
         ok = np.ones(len(idx), dtype=bool)
         if not self.conditions or not len(idx):
             return ok
         names = self.values(idx)
-        with np.errstate(all="ignore"):
-            for condition in self.conditions:
-                ok &= np.broadcast_to(np.asarray(evaluate(condition, names), dtype=bool), ok.shape)
+        for condition in self.conditions:
+            try:
+                with np.errstate(all="raise"):
+                    ok &= np.broadcast_to(np.asarray(evaluate(condition, names), dtype=bool), ok.shape)
+            except ExpressionError:
+                ok &= [self._allows(condition, {n: v.item() for n, v in zip(names, row, strict=True)})
+                       for row in zip(*names.values(), strict=True)]
         return ok
+
+    @staticmethod
+    def _allows(condition: str, config: dict[str, Any]) -> bool:
+        try:
+            return bool(evaluate(condition, config))
+        except ExpressionError:
+            return False
 
     # --- Optuna's view --------------------------------------------------------------------
 

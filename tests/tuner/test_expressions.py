@@ -2,10 +2,18 @@
 
 from __future__ import annotations
 
+import itertools
+import operator
+from collections.abc import Callable
+from typing import Any, NamedTuple
+
 import numpy as np
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tuner.expressions import MAX_ITEMS, ExpressionError, evaluate, names_in
+from tuner.space import space_from_t1
 
 
 @pytest.mark.parametrize(("text", "value"), [
@@ -57,3 +65,48 @@ def test_anything_else_is_refused_with_the_expression_named(text, fragment):
 def test_comprehensions_are_bounded():
     with pytest.raises(ExpressionError, match=f"more than {MAX_ITEMS}"):
         evaluate("[i * j for i in range(1000) for j in range(1000)]")
+
+
+class Condition(NamedTuple):
+    """A restriction's text beside the function Python computes from it, built together (the test needs no eval)."""
+
+    text: str
+    meaning: Callable[[dict[str, Any]], Any]
+
+    def __repr__(self) -> str:
+        return self.text
+
+
+KNOBS = {"bx": [-2, 0, 3, 8], "tile": [0, 1, 2], "w": [0.5, 2.0]}
+BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
+          "%": operator.mod, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt}
+LEAVES = st.sampled_from([Condition(n, lambda c, n=n: c[n]) for n in KNOBS] + [Condition(str(k), lambda c, k=k: k) for k in (0, 1, 3)])
+
+
+def _binary(a: Condition, op: str, b: Condition) -> Condition:
+    return Condition(f"({a.text} {op} {b.text})", lambda c: BINARY[op](a.meaning(c), b.meaning(c)))
+
+
+def _combine(inner: st.SearchStrategy[Condition]) -> st.SearchStrategy[Condition]:
+    both = st.tuples(inner, inner).map(lambda t: Condition(f"({t[0].text} and {t[1].text})", lambda c: t[0].meaning(c) and t[1].meaning(c)))
+    either = st.tuples(inner, inner).map(lambda t: Condition(f"({t[0].text} or {t[1].text})", lambda c: t[0].meaning(c) or t[1].meaning(c)))
+    negated = inner.map(lambda t: Condition(f"(not {t.text})", lambda c: not t.meaning(c)))
+    chosen = st.tuples(inner, inner, inner).map(lambda t: Condition(
+        f"({t[0].text} if {t[1].text} else {t[2].text})", lambda c: t[0].meaning(c) if t[1].meaning(c) else t[2].meaning(c)))
+    return st.builds(_binary, inner, st.sampled_from(sorted(BINARY)), inner) | both | either | negated | chosen
+
+
+def _python_allows(condition: Condition, config: dict[str, Any]) -> bool:
+    try:
+        return bool(condition.meaning(config))
+    except ArithmeticError:                      # a division by zero: Python raises, so the configuration cannot run
+        return False
+
+
+@settings(max_examples=1000)                     # about 2 ms each; most conditions divide by nothing that can be 0
+@given(condition=st.recursive(LEAVES, _combine, max_leaves=8))
+def test_a_restriction_rules_out_exactly_what_python_would_for_each_configuration(condition):
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": n, "Values": v} for n, v in KNOBS.items()],
+                                                  "Conditions": [{"Expression": condition.text}]}})
+    configs = [dict(zip(KNOBS, values, strict=True)) for values in itertools.product(*KNOBS.values())]
+    assert space.allowed(space.encode_many(configs)).tolist() == [_python_allows(condition, c) for c in configs], condition.text
