@@ -1,5 +1,6 @@
-"""Property tests (hypothesis; example budgets from the profile in conftest): random plans, random tool
-arguments from every tool's inputSchema, the gate over 10,000 pairs, and kill -9 at random moments."""
+"""Property tests (hypothesis; example budgets from the profile in conftest): random plans, damaged cache,
+results and space files, random tool arguments from every tool's inputSchema, the gate over 10,000 pairs,
+and kill -9 at random moments."""
 
 from __future__ import annotations
 
@@ -26,7 +27,9 @@ from mcp import Client, StdioServerParameters
 
 from tuner.gate import measure, verdict
 from tuner.objectives.builtin import BuiltinObjective
+from tuner.objectives.cache import CacheObjective
 from tuner.plan import SPACE, load_plan, validate_plan
+from tuner.space import SpaceError, load_space
 from tuner.task.cli import benchmark_main
 
 FIXTURES = ("tensor_plan_attempt1_best", "tensor_plan_iteration2_neighborhood_best", "baseline_row_major")
@@ -67,6 +70,62 @@ def test_random_plan_json_is_scored_or_refused_with_one_line(plan, tmp_path):
     else:
         lines = err.getvalue().splitlines()
         assert code == 2 and len(lines) == 1 and lines[0].startswith("benchmark.py: error: ") and not out.getvalue()
+
+
+# --- damaged cache, results and space files --------------------------------------------------------
+
+GOOD_FILES = {
+    "cache.json": {"kernel_name": "toy", "tune_params_keys": ["bx", "tile"], "tune_params": {"bx": [32, 64], "tile": [1, 2]},
+                   "cache": {"32,1": {"bx": 32, "tile": 1, "time": 2.5}, "64,2": {"bx": 64, "tile": 2, "time": "InvalidConfig"}}},
+    "results.json": {"schema_version": "1.0.0", "results": [
+        {"configuration": {"bx": 32, "tile": 1}, "invalidity": "correct", "measurements": [{"name": "time", "value": 2.5, "unit": "ms"}]},
+        {"configuration": {"bx": 64, "tile": 2}, "invalidity": "compile", "measurements": [{"name": "time", "value": "x"}]}]},
+    "space.t1.json": {"General": {"BenchmarkName": "toy"}, "ConfigurationSpace": {
+        "TuningParameters": [{"Name": "bx", "Type": "int", "Values": "[32 * i for i in range(1, 3)]", "Default": 32},
+                             {"Name": "tile", "Values": [1, 2]}],
+        "Conditions": [{"Expression": "bx * tile <= 64", "Parameters": ["bx", "tile"]}], "Coupled": [["bx", "tile"]]}},
+}
+
+
+def _slots(doc: Any) -> list[tuple[Any, Any]]:
+    """Every (container, key or index) of a JSON document, depth first."""
+    items = doc.items() if isinstance(doc, dict) else enumerate(doc) if isinstance(doc, list) else []
+    return [slot for key, value in items for slot in [(doc, key), *_slots(value)]]
+
+
+@st.composite
+def damaged(draw: st.DrawFn) -> tuple[str, Any]:
+    """One of the good files with one to three values anywhere in it replaced by arbitrary JSON, or removed."""
+    name = draw(st.sampled_from(sorted(GOOD_FILES)))
+    doc = json.loads(json.dumps(GOOD_FILES[name]))
+    for _ in range(draw(st.integers(1, 3))):
+        if not (slots := _slots(doc)):
+            break
+        container, key = draw(st.sampled_from(slots))
+        if draw(st.booleans()):
+            container[key] = draw(JSON)
+        else:
+            del container[key]
+    return name, doc
+
+
+@settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(file=damaged())
+def test_a_damaged_cache_results_or_space_file_is_read_whole_or_refused_with_a_space_error(file, tmp_path):
+    name, doc = file
+    path = tmp_path / name
+    path.write_text(json.dumps(doc))
+    try:
+        space = load_space(path) if name.endswith(".t1.json") else CacheObjective(path).space
+    except SpaceError as exc:
+        assert "\n" not in str(exc) and str(exc)
+        return
+    grid = np.indices(space.sizes).reshape(len(space.knobs), -1).T.astype(np.int16)
+    assert space.allowed(grid).shape == (len(grid),)
+    if not name.endswith(".t1.json"):
+        result = CacheObjective(path).evaluate(grid)
+        assert [r is None for r in result.reasons] == np.isfinite(result.cycles).tolist() == result.correct.tolist()
+        assert np.isfinite(result.cycles).any() and (result.cycles[np.isfinite(result.cycles)] > 0).all()
 
 
 # --- random tool arguments ------------------------------------------------------------------------

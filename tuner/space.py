@@ -386,7 +386,7 @@ def space_from_tune_params(params: Any, keys: Any = None, name: str = "cache", s
     if not isinstance(params, dict) or not params:
         raise SpaceError(f"{source}: no tune_params object")
     keys = list(params) if keys is None else keys
-    if not isinstance(keys, list) or set(keys) != set(params):
+    if not isinstance(keys, list) or not all(isinstance(k, str) for k in keys) or set(keys) != set(params):
         raise SpaceError(f"{source}: tune_params_keys must list the knobs of tune_params")
     return make_space(name, [make_knob(k, params[k], source) for k in keys], [], source)
 
