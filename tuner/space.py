@@ -462,13 +462,15 @@ def load_profile(name: str, space: Space, *folders: Path | None) -> Profile:
     if path is None or not path.resolve().is_relative_to(path.parent.resolve()):
         raise ProfileError(f"unknown profile {name!r}; known profiles: {known}")
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as exc:
-        raise ProfileError(f"profile {name!r} is not valid JSON: {exc.msg}") from None
+        data = read_json(path, "profile")
+    except SpaceError as exc:
+        raise ProfileError(str(exc)) from None
     knobs = data.get("knobs") if isinstance(data, dict) else None
-    if not isinstance(knobs, dict) or set(knobs) != set(space.names):
-        missing = sorted(set(space.names) - set(knobs or {}))
-        unknown = sorted(set(knobs or {}) - set(space.names))
+    if not isinstance(knobs, dict):
+        raise ProfileError(f"profile {name!r} needs a knobs object: each knob's name -> its allowed values")
+    if set(knobs) != set(space.names):
+        missing = sorted(set(space.names) - set(knobs))
+        unknown = sorted(set(knobs) - set(space.names))
         raise ProfileError(f"profile {name!r} must list every knob (missing: {missing}, unknown: {unknown})")
     choices = []
     for knob in space.knobs:

@@ -63,7 +63,14 @@ def test_bad_profile_names_are_refused(name):
         load_profile(name, SPACE, PROFILE_DIR)
 
 
-def test_malformed_profile_names_the_problem(tmp_path):
-    (tmp_path / "broken.json").write_text(json.dumps({"knobs": {"block_m": [50]}}))
-    with pytest.raises(ProfileError, match="every knob"):
+@pytest.mark.parametrize(("content", "fragment"), [
+    (json.dumps({"knobs": {"block_m": [50]}}), "must list every knob"),
+    (json.dumps({"knobs": 1}), "needs a knobs object"),
+    (json.dumps({"knobs": [["block_m"]]}), "needs a knobs object"),
+    (json.dumps(["knobs"]), "needs a knobs object"),
+    ('{"knobs": ', "is not valid JSON"),
+])
+def test_malformed_profile_names_the_problem(tmp_path, content, fragment):
+    (tmp_path / "broken.json").write_text(content)
+    with pytest.raises(ProfileError, match=fragment):
         load_profile("broken", SPACE, tmp_path)
