@@ -23,7 +23,8 @@ from typing import Any
 import numpy as np
 
 MAX_LENGTH = 2000               # characters of one expression
-MAX_ITEMS = 100_000             # elements of one range or comprehension
+MAX_ITEMS = 100_000             # elements of the lists, tuples, strings and ranges one evaluation builds, in all
+MAX_BITS = 4096                 # size of an integer an evaluation may reach
 
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -37,6 +38,10 @@ _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
 
 class ExpressionError(ValueError):
     """An expression that is malformed, not allowed, or fails to evaluate (the message quotes it)."""
+
+
+class ArithmeticFault(ExpressionError):
+    """An expression that fails on the values it was given, as Python would (a division by zero)."""
 
 
 def _quote(text: str) -> str:
@@ -85,7 +90,21 @@ def _elementwise(vector: Callable[[Any, Any], Any], out: Any, value: Any) -> Any
 
 class _Interpreter:
     def __init__(self, text: str, names: Mapping[str, Any]) -> None:
-        self.text, self.scopes = text, [dict(names)]
+        self.text, self.scopes, self.built = text, [dict(names)], 0
+
+    def count(self, node: ast.AST, items: int) -> None:
+        """Count ``items`` more built by this evaluation; refused past ``MAX_ITEMS`` in all."""
+        self.built += items
+        if self.built > MAX_ITEMS:
+            raise self.refuse(node, f"builds more than {MAX_ITEMS} items")
+
+    def made(self, node: ast.AST, value: Any) -> Any:
+        """``value``, counted when it is a sequence, refused when it is an integer past ``MAX_BITS``."""
+        if isinstance(value, list | tuple | str | range):
+            self.count(node, len(value))
+        elif isinstance(value, int) and value.bit_length() > MAX_BITS:
+            raise self.refuse(node, f"an integer of more than {MAX_BITS} bits")
+        return value
 
     def refuse(self, node: ast.AST, what: str | None = None) -> ExpressionError:
         return ExpressionError(f"expression {_quote(self.text)}: {what or type(node).__name__ + ' is not allowed'}")
@@ -105,10 +124,10 @@ class _Interpreter:
         return node.value
 
     def _List(self, node: ast.List) -> list[Any]:
-        return [self.run(e) for e in node.elts]
+        return self.made(node, [self.run(e) for e in node.elts])
 
     def _Tuple(self, node: ast.Tuple) -> tuple[Any, ...]:
-        return tuple(self.run(e) for e in node.elts)
+        return self.made(node, tuple(self.run(e) for e in node.elts))
 
     def _Name(self, node: ast.Name) -> Any:
         if node.id.startswith("__"):
@@ -127,11 +146,11 @@ class _Interpreter:
         left, right = self.run(node.left), self.run(node.right)
         if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and abs(right) > 64:
             raise self.refuse(node, "exponent too large")
-        if isinstance(node.op, ast.Mult) and (isinstance(left, list | str) or isinstance(right, list | str)):
-            count = right if isinstance(left, list | str) else left
-            if isinstance(count, int) and count > MAX_ITEMS:
+        if isinstance(node.op, ast.Mult) and (isinstance(left, list | tuple | str) or isinstance(right, list | tuple | str)):
+            sequence, count = (left, right) if isinstance(left, list | tuple | str) else (right, left)
+            if isinstance(count, int) and len(sequence) * count > MAX_ITEMS:
                 raise self.refuse(node, "repetition too large")
-        return op(left, right)
+        return self.made(node, op(left, right))
 
     def _UnaryOp(self, node: ast.UnaryOp) -> Any:
         value = self.run(node.operand)
@@ -174,7 +193,7 @@ class _Interpreter:
             raise self.refuse(node, f"call of {called!r} is not allowed (allowed: {', '.join(_FUNCTIONS)})")
         args = [self.run(a) for a in node.args]
         try:
-            return _FUNCTIONS[node.func.id](*args)
+            return self.made(node, _FUNCTIONS[node.func.id](*args))
         except (TypeError, ValueError) as exc:
             raise self.refuse(node, f"{node.func.id}: {exc}") from None
 
@@ -186,8 +205,7 @@ class _Interpreter:
     def _generate(self, node: ast.ListComp, level: int, out: list[Any]) -> None:
         if level == len(node.generators):
             out.append(self.run(node.elt))
-            if len(out) > MAX_ITEMS:
-                raise self.refuse(node, f"more than {MAX_ITEMS} items")
+            self.count(node, 1)
             return
         gen = node.generators[level]
         if not isinstance(gen.target, ast.Name) or gen.target.id.startswith("__") or gen.is_async:
@@ -215,6 +233,8 @@ def parse(text: str) -> ast.Expression:
         return ast.parse(text.strip(), mode="eval")
     except SyntaxError as exc:
         raise ExpressionError(f"expression {_quote(text)} is not valid: {exc.msg}") from None
+    except RecursionError:
+        raise ExpressionError(f"expression {_quote(text)} is nested too deeply") from None
 
 
 def evaluate(text: str, names: Mapping[str, Any] | None = None) -> Any:
@@ -223,7 +243,11 @@ def evaluate(text: str, names: Mapping[str, Any] | None = None) -> Any:
         return _Interpreter(text, names or {}).run(parse(text))
     except ExpressionError:
         raise
-    except (ArithmeticError, TypeError, ValueError) as exc:
+    except RecursionError:
+        raise ExpressionError(f"expression {_quote(text)} is nested too deeply") from None
+    except ArithmeticError as exc:
+        raise ArithmeticFault(f"expression {_quote(text)} fails: {exc}") from None
+    except (TypeError, ValueError) as exc:
         raise ExpressionError(f"expression {_quote(text)} fails: {exc}") from None
 
 

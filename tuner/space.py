@@ -26,7 +26,7 @@ from typing import Any, Literal
 import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from tuner.expressions import ExpressionError, evaluate, names_in
+from tuner.expressions import ArithmeticFault, ExpressionError, evaluate, names_in
 from tuner.workspace import WorkspaceError, check_name, quoted
 
 Kind = Literal["ordinal", "nominal"]
@@ -201,6 +201,12 @@ class Space:
         """Index vector of the default configuration (each knob's default, else its first value)."""
         return np.array([k.index(k.default) if k.default is not None else 0 for k in self.knobs], dtype=np.int16)
 
+    def sample(self) -> np.ndarray:
+        """The default configuration, then rows in which each knob takes each of its values at least once
+        (row ``i`` holds value ``i`` modulo the knob's size): a small set that meets every value."""
+        rows = np.arange(int(self.sizes.max()))[:, None] % self.sizes[None, :]
+        return np.vstack([self.default()[None], rows]).astype(np.int16)
+
     # --- restrictions ---------------------------------------------------------------------
 
     def values(self, idx: np.ndarray) -> dict[str, np.ndarray]:
@@ -214,7 +220,8 @@ class Space:
 
     def allowed(self, idx: np.ndarray) -> np.ndarray:
         """Whether each configuration of ``idx`` passes every restriction (bool per row), as Python would
-        evaluate each restriction for it: one that fails for a configuration (a division by zero) rules it out.
+        evaluate each restriction for it: one that divides by zero for a configuration rules it out, any other
+        failure is an :class:`~tuner.expressions.ExpressionError`.
 
         A restriction is evaluated for all rows at once; where that fails (a division by zero, an operation
         numpy refuses), it is evaluated again row by row, so that ``and``/``or`` guards short-circuit."""
@@ -236,7 +243,7 @@ class Space:
     def _allows(condition: str, config: dict[str, Any]) -> bool:
         try:
             return bool(evaluate(condition, config))
-        except ExpressionError:
+        except ArithmeticFault:
             return False
 
     # --- Optuna's view --------------------------------------------------------------------
@@ -325,7 +332,7 @@ def make_space(name: str, knobs: list[Knob], conditions: list[Any], where: str, 
             unknown = names_in(condition) - set(space.names)
             if unknown:
                 raise SpaceError(f"{where}: condition {condition!r} names unknown knobs {sorted(unknown)}")
-            space.allowed(space.default()[None])           # refuses what the evaluator does not allow
+            space.allowed(space.sample())                  # refuses what the evaluator does not allow
         except ExpressionError as exc:
             raise SpaceError(f"{where}: {exc}") from None
     return space

@@ -53,6 +53,12 @@ def test_names_are_bound_and_conditions_run_on_arrays():
     ("range(10**9)", "range of"),
     ("[0] * 10**9", "too large"),
     ("2 ** 1000", "exponent too large"),
+    ("(10 ** 64) ** 64", "an integer of more than 4096 bits"),
+    ("[1] * 100000 * 100000", "builds more than"),
+    ("'a' * 100000 * 2", "repetition too large"),
+    ("[[0] * 1000 for i in range(1000)]", "builds more than"),
+    ("-" * 1990 + "1", "nested too deeply"),
+    ("1+" * 990 + "1", "nested too deeply"),
     ("1 / 0", "fails"),
     ("x" * 3000, "longer than"),
 ])
