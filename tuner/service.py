@@ -42,6 +42,7 @@ from tuner.workspace import (
     Workspace,
     WorkspaceError,
     check_name,
+    json_reason,
     quoted,
 )
 
@@ -173,9 +174,8 @@ def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
     path = ctx.workspace.path(ref)
     try:
         return space.validate(json.loads(path.read_text(encoding="utf-8")), "configuration"), ref
-    except (OSError, json.JSONDecodeError) as exc:
-        reason = getattr(exc, "msg", None) or exc.__class__.__name__
-        raise ServiceError(f"configuration file {quoted(ref)} cannot be read as JSON: {reason}") from None
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ServiceError(f"configuration file {quoted(ref)} cannot be read as JSON: {json_reason(exc)}") from None
 
 
 def _measure(ctx: Context, plan: Plan) -> dict[str, dict[str, Any]]:
@@ -552,7 +552,7 @@ def _telemetry_tools(ctx: Context) -> list[str]:
     path = ctx.workspace.root / TELEMETRY
     tools: list[str] = []
     if path.is_file():
-        for line in path.read_text(encoding="utf-8").splitlines():
+        for line in path.read_text(encoding="utf-8", errors="replace").splitlines():     # a line torn by a kill is skipped
             try:
                 tool = json.loads(line).get("tool")
             except (json.JSONDecodeError, AttributeError):

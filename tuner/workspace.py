@@ -156,8 +156,8 @@ class Workspace:
         path = self.fixture_path(name)
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
-        except json.JSONDecodeError as exc:
-            raise WorkspaceError(f"fixture {name!r} is not valid JSON: {exc.msg}") from None
+        except (OSError, ValueError) as exc:                # unreadable, not UTF-8, not JSON
+            raise WorkspaceError(f"fixture {name!r} is not valid JSON: {json_reason(exc)}") from None
         return data if isinstance(data, dict) and "plan" in data else {"name": name, "plan": data}
 
     def current_plan(self) -> dict[str, Any]:
@@ -203,6 +203,13 @@ def _check_kind(kind: str, rel: PurePosixPath) -> None:
                              + {"plan": f"(only {PLAN_FILE})", "fixture": "(only fixtures/NAME.json)",
                                 "output": f"(only .json or .html files under {OUTPUT_DIR}/)",
                                 "result": "(a .json file outside .git, manifests, backups, studies, fixtures, code and the plan)"}[kind])
+
+
+def json_reason(exc: OSError | ValueError) -> str:
+    """What went wrong reading a JSON file, in a few words."""
+    if isinstance(exc, UnicodeDecodeError):
+        return "not UTF-8 text"
+    return getattr(exc, "msg", None) or getattr(exc, "strerror", None) or exc.__class__.__name__
 
 
 def _is_result(path: Path) -> bool:

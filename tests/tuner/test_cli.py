@@ -70,6 +70,25 @@ def test_malformed_current_plan_is_an_input_error(workspace):
     assert out.returncode == 2 and "block_m" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_a_fixture_that_is_not_json_is_named_and_skipped_where_all_fixtures_are_read(workspace):
+    (workspace / "fixtures" / "binary.json").write_bytes(b"\xff\xfe{")
+    (workspace / "fixtures" / "folder.json").mkdir()
+    out = tuner(workspace, "run_objective", "--plan", "binary")
+    assert out.returncode == 2 and "fixture 'binary' is not valid JSON: not UTF-8 text" in out.stderr, out.stderr
+    listed = tuner(workspace, "--json", "compare_history")
+    assert listed.returncode == 0, listed.stderr
+    assert {r["source"] for r in json.loads(listed.stdout)["rows"]} >= {"current", "fixture:tensor_plan_attempt1_best"}
+
+
+def test_a_telemetry_line_torn_by_a_kill_is_skipped_when_the_result_is_recorded(workspace):
+    log = workspace / ".harnessgym" / "mcp_calls.jsonl"
+    log.parent.mkdir(exist_ok=True)
+    log.write_bytes(b'{"tool": "trace_summary"}\n{"tool": "compare_hist\xc3')        # the last write cut inside a character
+    out = tuner(workspace, "--json", "record_result")
+    assert out.returncode == 0, out.stderr
+    assert "trace_summary" in json.loads(out.stdout)["used_harness_tools"]
+
+
 def test_main_job_improves_the_baseline_at_least_five_times_and_a_rerun_proposes_the_same_winner(workspace):
     first = tuner(workspace, "--json", "run", "--time-s", "120", timeout=600)
     assert first.returncode == 0, first.stderr
