@@ -23,7 +23,7 @@ from typing import Any
 import numpy as np
 
 MAX_LENGTH = 2000               # characters of one expression
-MAX_ITEMS = 100_000             # elements of the lists, tuples, strings and ranges one evaluation builds, in all
+MAX_ITEMS = 100_000             # elements of the lists, tuples, strings and ranges one evaluation builds, and loop steps, in all
 MAX_BITS = 4096                 # size of an integer an evaluation may reach
 
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
@@ -96,7 +96,7 @@ class _Interpreter:
         """Count ``items`` more built by this evaluation; refused past ``MAX_ITEMS`` in all."""
         self.built += items
         if self.built > MAX_ITEMS:
-            raise self.refuse(node, f"builds more than {MAX_ITEMS} items")
+            raise self.refuse(node, f"builds or steps through more than {MAX_ITEMS} items")
 
     def made(self, node: ast.AST, value: Any) -> Any:
         """``value``, counted when it is a sequence, refused when it is an integer past ``MAX_BITS``."""
@@ -193,9 +193,10 @@ class _Interpreter:
             raise self.refuse(node, f"call of {called!r} is not allowed (allowed: {', '.join(_FUNCTIONS)})")
         args = [self.run(a) for a in node.args]
         try:
-            return self.made(node, _FUNCTIONS[node.func.id](*args))
+            value = _FUNCTIONS[node.func.id](*args)
         except (TypeError, ValueError) as exc:
             raise self.refuse(node, f"{node.func.id}: {exc}") from None
+        return self.made(node, value)
 
     def _ListComp(self, node: ast.ListComp) -> list[Any]:
         out: list[Any] = []
@@ -205,7 +206,6 @@ class _Interpreter:
     def _generate(self, node: ast.ListComp, level: int, out: list[Any]) -> None:
         if level == len(node.generators):
             out.append(self.run(node.elt))
-            self.count(node, 1)
             return
         gen = node.generators[level]
         if not isinstance(gen.target, ast.Name) or gen.target.id.startswith("__") or gen.is_async:
@@ -214,6 +214,7 @@ class _Interpreter:
         if not isinstance(iterable, list | tuple | range):
             raise self.refuse(node, "a comprehension must iterate over a list or a range")
         for value in iterable:
+            self.count(node, 1)                     # every step of every loop, so that nested loops are bounded too
             self.scopes.append({gen.target.id: value})
             try:
                 if all(self.run(test) for test in gen.ifs):
