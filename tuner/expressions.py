@@ -41,7 +41,7 @@ class ExpressionError(ValueError):
 
 
 class ArithmeticFault(ExpressionError):
-    """An expression that fails on the values it was given, as Python would (a division by zero)."""
+    """An allowed expression that fails on its values as Python arithmetic would (a division by zero)."""
 
 
 def _quote(text: str) -> str:
@@ -99,9 +99,12 @@ class _Interpreter:
             raise self.refuse(node, f"builds or steps through more than {MAX_ITEMS} items")
 
     def made(self, node: ast.AST, value: Any) -> Any:
-        """``value``, counted when it is a sequence, refused when it is an integer past ``MAX_BITS``."""
+        """``value``, counted when it is a sequence (with the rows of the arrays it holds), refused when it is an
+        integer past ``MAX_BITS``."""
         if isinstance(value, list | tuple | str | range):
             self.count(node, len(value))
+            if isinstance(value, list | tuple):
+                self.count(node, sum(item.size for item in value if isinstance(item, np.ndarray)))
         elif isinstance(value, int) and value.bit_length() > MAX_BITS:
             raise self.refuse(node, f"an integer of more than {MAX_BITS} bits")
         return value
@@ -205,7 +208,9 @@ class _Interpreter:
 
     def _generate(self, node: ast.ListComp, level: int, out: list[Any]) -> None:
         if level == len(node.generators):
-            out.append(self.run(node.elt))
+            out.append(item := self.run(node.elt))
+            if isinstance(item, np.ndarray):
+                self.count(node, item.size)
             return
         gen = node.generators[level]
         if not isinstance(gen.target, ast.Name) or gen.target.id.startswith("__") or gen.is_async:

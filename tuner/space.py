@@ -221,10 +221,10 @@ class Space:
     def allowed(self, idx: np.ndarray) -> np.ndarray:
         """Whether each configuration of ``idx`` passes every restriction (bool per row), as Python would
         evaluate each restriction for it: one that divides by zero for a configuration rules it out, any other
-        failure is an :class:`~tuner.expressions.ExpressionError`.
+        failure is a :class:`SpaceError`.
 
-        A restriction is evaluated for all rows at once; where that fails (a division by zero, an operation
-        numpy refuses), it is evaluated again row by row, so that ``and``/``or`` guards short-circuit."""
+        A restriction is evaluated for all rows at once; where that fails (a division by zero, an operation numpy
+        refuses, arrays past the evaluator's bounds), it is evaluated again row by row, as Python would."""
         idx = np.asarray(idx).reshape(-1, len(self.knobs))
         ok = np.ones(len(idx), dtype=bool)
         if not self.conditions or not len(idx):
@@ -234,7 +234,7 @@ class Space:
             try:
                 with np.errstate(all="raise"):
                     ok &= np.broadcast_to(np.asarray(evaluate(condition, names), dtype=bool), ok.shape)
-            except ExpressionError:
+            except ExpressionError:                        # a fault on the values, or the arrays past the bounds
                 ok &= [self._allows(condition, {n: v.item() for n, v in zip(names, row, strict=True)})
                        for row in zip(*names.values(), strict=True)]
         return ok
@@ -245,6 +245,8 @@ class Space:
             return bool(evaluate(condition, config))
         except ArithmeticFault:
             return False
+        except ExpressionError as exc:
+            raise SpaceError(f"restriction {condition[:80]!r} cannot be evaluated for {_text(config, 200)}: {exc}") from None
 
     # --- Optuna's view --------------------------------------------------------------------
 
@@ -333,7 +335,7 @@ def make_space(name: str, knobs: list[Knob], conditions: list[Any], where: str, 
             if unknown:
                 raise SpaceError(f"{where}: condition {condition!r} names unknown knobs {sorted(unknown)}")
             space.allowed(space.sample())                  # refuses what the evaluator does not allow
-        except ExpressionError as exc:
+        except (ExpressionError, SpaceError) as exc:
             raise SpaceError(f"{where}: {exc}") from None
     return space
 

@@ -101,6 +101,13 @@ def test_bad_space_files_are_refused_with_a_reason(params, conditions, fragment)
     assert fragment in str(caught.value)
 
 
+def test_a_restriction_that_fails_past_the_sample_read_with_the_file_is_a_space_error_naming_the_configuration():
+    space = space_from_t1(t1([{"Name": "x", "Values": [1, 2, 3]}, {"Name": "s", "Values": ["a", "b"]}, {"Name": "t", "Values": [1, 2, 3]}],
+                             ["x < s if (s == 'b' and x == 3 and t == 2) else True"]))
+    with pytest.raises(SpaceError, match=r'cannot be evaluated for \{"x": 3, "s": "b", "t": 2\}.*not supported'):
+        space.allowed(np.indices(space.sizes).reshape(3, -1).T)
+
+
 def test_cache_objective_scores_records_failures_and_absences(tmp_path):
     objective = CacheObjective(toy_cache(tmp_path, {(32, 1): 2.5, (64, 1): 1.25, (64, 2): "RuntimeFailedConfig", (128, 2): "weird"}))
     idx = objective.space.encode_many([{"bx": b, "tile": t} for b, t in [(32, 1), (64, 1), (64, 2), (128, 2), (128, 1)]])
