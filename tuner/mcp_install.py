@@ -50,11 +50,11 @@ def config_text(workspace: Workspace, client: str, existing: str | None = None) 
                 out.append(line)
         text = "".join(out)
         return text + ("" if text.endswith("\n") or not text else "\n") + block
-    data: dict[str, Any] = json.loads(existing) if existing else {}
-    if client == "vscode":
-        data.setdefault("servers", {})[name] = {"type": "stdio", **entry}
-    else:
-        data.setdefault("mcpServers", {})[name] = entry
+    data = json.loads(existing) if existing else {}
+    key = "servers" if client == "vscode" else "mcpServers"
+    if not isinstance(data, dict) or not isinstance(data.setdefault(key, {}), dict):
+        raise ValueError(f"it is not a JSON object whose {key!r} is an object")
+    data[key][name] = {"type": "stdio", **entry} if client == "vscode" else entry
     return json.dumps(data, indent=2) + "\n"
 
 
@@ -64,10 +64,10 @@ def install(args: argparse.Namespace) -> int:
         print(f"tuner mcp install: error: no manifest {MANIFEST} in {workspace.root}", file=sys.stderr)
         return 2
     target = workspace.path(CLIENT_FILES[args.client])
-    existing = target.read_text(encoding="utf-8") if args.write and target.is_file() else None
     try:
+        existing = target.read_text(encoding="utf-8") if args.write and target.is_file() else None
         text = config_text(workspace, args.client, existing)
-    except (json.JSONDecodeError, AttributeError) as exc:
+    except ValueError as exc:                           # not UTF-8, not JSON, not an object of servers
         print(f"tuner mcp install: error: cannot merge into {target}: {exc}", file=sys.stderr)
         return 2
     if args.write:

@@ -6,6 +6,7 @@ import json
 import subprocess
 import sys
 
+import pytest
 from conftest import child_env
 
 HELPER = ".harnessgym/runtime/mcp_call.py"
@@ -102,3 +103,17 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
     assert tuner("--client", "codex", "--write").returncode == 0
     toml = (workspace / ".codex" / "config.toml").read_text()
     assert toml.count("[mcp_servers.tensor-plan-server]") == 1 and f'cwd = "{workspace}"' in toml
+
+
+@pytest.mark.parametrize(("content", "fragment"), [
+    (b'{"mcpServers": []}', "not a JSON object whose 'mcpServers' is an object"),
+    (b"[]", "not a JSON object whose 'mcpServers' is an object"),
+    (b'{"mcpServers": ', "Expecting value"),
+    (b"\xff\xfe", "can't decode"),
+])
+def test_mcp_install_refuses_to_merge_into_a_client_file_it_cannot_read_and_leaves_it_as_it_was(workspace, content, fragment):
+    (workspace / ".mcp.json").write_bytes(content)
+    out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "mcp", "install", "--client", "claude", "--write"],
+                         capture_output=True, text=True, env=child_env(), timeout=60)
+    assert out.returncode == 2 and fragment in out.stderr and "Traceback" not in out.stderr, out.stderr
+    assert (workspace / ".mcp.json").read_bytes() == content
