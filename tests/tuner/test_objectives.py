@@ -85,6 +85,27 @@ def test_a_misbehaving_benchmark_is_a_failed_evaluation_and_leaves_no_process(wo
     assert not _running(int((tmp_path / "child").read_text()))       # killed with its process group
 
 
+LYING = """import json
+plan = json.load(open("kernel_plan.json"))
+print(json.dumps({16: {"best_cycles": "fast", "correct": True}, 32: {"best_cycles": -5, "correct": True},
+                  48: {"best_cycles": float("nan"), "correct": True}, 64: {"feasible": False, "best_cycles": 100, "correct": False},
+                  80: {"best_cycles": 100, "correct": "false", "max_abs": "tiny"}}[plan["block_m"]]))
+"""
+
+
+def test_a_benchmark_whose_json_lies_is_a_failed_evaluation_not_a_crash(workspace, attempt1):
+    (workspace / "benchmark.py").write_text(LYING)
+    objective = CommandObjective(workspace, repeats=2)
+    try:
+        result = objective.evaluate(np.stack([encode(attempt1 | {"block_m": m}) for m in (16, 32, 48, 64, 80)]), "dev")
+    finally:
+        objective.close()
+    assert np.isinf(result.cycles[:4]).all() and result.cycles[4] == 100 and not result.correct.any()
+    assert [r.split(", not")[0] for r in result.reasons[:3]] == [f"benchmark.py printed best_cycles {v!r}" for v in ("fast", "-5", "nan")]
+    assert result.reasons[3] == "infeasible" and result.reasons[4] is None and np.isnan(result.max_abs[4])
+    assert result.samples[4] == [100.0, 100.0] and result.samples[0] == []
+
+
 def test_a_search_on_a_hanging_benchmark_pays_one_timeout_and_goes_on(workspace, tmp_path, attempt1):
     _misbehaving(workspace, tmp_path)
     profile = {knob: [value] for knob, value in attempt1.items()} | {"block_m": [16, 32, 48, 64]}

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import json
+import math
 import os
 import shutil
 import signal
@@ -108,23 +109,34 @@ class CommandObjective:
         samples: list[list[float]] = [[] for _ in range(n)]
         for i, row in enumerate(np.asarray(idx)):
             reports = []
-            for _ in range(self.repeats):
-                try:
+            try:
+                for _ in range(self.repeats):
                     reports.append(self._run(plan_json(decode(row)), mode))
-                except ObjectiveError as exc:
-                    reasons[i] = str(exc)
-                    break
-            if reasons[i] is not None:
+                    samples[i].append(_best_cycles(reports[-1]))
+            except ObjectiveError as exc:
+                reasons[i], samples[i] = str(exc), []
                 continue
-            if all(r.get("feasible", True) and r.get("best_cycles") is not None for r in reports):
-                samples[i] = [float(r["best_cycles"]) for r in reports]
-                cycles[i] = float(np.median(samples[i]))
-                correct[i] = all(bool(r.get("correct")) for r in reports)
-                max_abs[i] = max(float(r.get("max_abs", np.nan)) for r in reports)
-            else:
-                reasons[i] = str(next(r.get("reason") for r in reports if r.get("best_cycles") is None) or "infeasible")
+            cycles[i] = float(np.median(samples[i]))
+            correct[i] = all(r.get("correct") is True for r in reports)
+            max_abs[i] = max(_number(r.get("max_abs")) for r in reports)
         return Evaluations(cycles=cycles, correct=correct, max_abs=max_abs, reasons=reasons,
                            samples=samples if self.repeats > 1 else [])
 
     def __del__(self) -> None:
         self.close()
+
+
+def _number(value: Any) -> float:
+    """``value`` as a float when it is a number; NaN otherwise."""
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+
+
+def _best_cycles(report: dict[str, Any]) -> float:
+    """A run's ``best_cycles`` (lower is better); :class:`ObjectiveError` with the reason when the plan is infeasible
+    or the report's value is not a finite positive number (a benchmark that lies is a failed evaluation)."""
+    if not report.get("feasible", True) or report.get("best_cycles") is None:
+        raise ObjectiveError(str(report.get("reason") or "infeasible")[:500])
+    value = _number(report["best_cycles"])
+    if not math.isfinite(value) or value <= 0:
+        raise ObjectiveError(f"benchmark.py printed best_cycles {str(report['best_cycles'])[:40]!r}, not a positive number")
+    return value
