@@ -216,7 +216,9 @@ class Space:
 
     @cached_property
     def _tables(self) -> list[np.ndarray]:
-        return [np.array(k.choices) for k in self.knobs]
+        """Each knob's values as an array; one that mixes strings with numbers keeps Python objects (numpy would
+        turn the numbers into strings)."""
+        return [np.array(k.choices, dtype=object if len({isinstance(c, str) for c in k.choices}) > 1 else None) for k in self.knobs]
 
     def allowed(self, idx: np.ndarray) -> np.ndarray:
         """Whether each configuration of ``idx`` passes every restriction (bool per row), as Python would

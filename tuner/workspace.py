@@ -157,7 +157,7 @@ class Workspace:
         try:
             data = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:                # unreadable, not UTF-8, not JSON
-            raise WorkspaceError(f"fixture {name!r} is not valid JSON: {json_reason(exc)}") from None
+            raise WorkspaceError(f"fixture {name!r} cannot be read as JSON: {json_reason(exc)}") from None
         return data if isinstance(data, dict) and "plan" in data else {"name": name, "plan": data}
 
     def current_plan(self) -> dict[str, Any]:

@@ -74,7 +74,7 @@ def test_a_fixture_that_is_not_json_is_named_and_skipped_where_all_fixtures_are_
     (workspace / "fixtures" / "binary.json").write_bytes(b"\xff\xfe{")
     (workspace / "fixtures" / "folder.json").mkdir()
     out = tuner(workspace, "run_objective", "--plan", "binary")
-    assert out.returncode == 2 and "fixture 'binary' is not valid JSON: not UTF-8 text" in out.stderr, out.stderr
+    assert out.returncode == 2 and "fixture 'binary' cannot be read as JSON: not UTF-8 text" in out.stderr, out.stderr
     listed = tuner(workspace, "--json", "compare_history")
     assert listed.returncode == 0, listed.stderr
     assert {r["source"] for r in json.loads(listed.stdout)["rows"]} >= {"current", "fixture:tensor_plan_attempt1_best"}

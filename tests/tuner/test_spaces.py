@@ -101,6 +101,11 @@ def test_bad_space_files_are_refused_with_a_reason(params, conditions, fragment)
     assert fragment in str(caught.value)
 
 
+def test_a_knob_that_mixes_strings_and_numbers_keeps_its_values_in_restrictions():
+    space = space_from_t1(t1([{"Name": "m", "Values": ["a", 1, True, 2.5]}], ["m == 1 or m == 'a'"]))
+    assert space.allowed(np.arange(4)[:, None]).tolist() == [True, True, True, False]      # as in Python, True == 1
+
+
 def test_a_restriction_that_fails_past_the_sample_read_with_the_file_is_a_space_error_naming_the_configuration():
     space = space_from_t1(t1([{"Name": "x", "Values": [1, 2, 3]}, {"Name": "s", "Values": ["a", "b"]}, {"Name": "t", "Values": [1, 2, 3]}],
                              ["x < s if (s == 'b' and x == 3 and t == 2) else True"]))
