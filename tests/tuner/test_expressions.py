@@ -9,7 +9,7 @@ from typing import Any, NamedTuple
 
 import numpy as np
 import pytest
-from hypothesis import given, settings
+from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
 from tuner.expressions import MAX_ITEMS, ExpressionError, evaluate, names_in
@@ -112,6 +112,8 @@ def _python_allows(condition: Condition, config: dict[str, Any]) -> bool:
 
 @settings(max_examples=1000)                     # about 2 ms each; most conditions divide by nothing that can be 0
 @given(condition=st.recursive(LEAVES, _combine, max_leaves=8))
+@example(condition=Condition("((bx < 3) + (tile < 3)) > 1", lambda c: ((c["bx"] < 3) + (c["tile"] < 3)) > 1))    # True + True is 2
+@example(condition=Condition("(w % bx) or (tile == 0)", lambda c: (c["w"] % c["bx"]) or (c["tile"] == 0)))
 def test_a_restriction_rules_out_exactly_what_python_would_for_each_configuration(condition):
     space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": n, "Values": v} for n, v in KNOBS.items()],
                                                   "Conditions": [{"Expression": condition.text}]}})
