@@ -5,6 +5,7 @@ and kill -9 at random moments."""
 from __future__ import annotations
 
 import contextlib
+import copy
 import io
 import json
 import math
@@ -97,7 +98,7 @@ def _slots(doc: Any) -> list[tuple[Any, Any]]:
 def damaged(draw: st.DrawFn) -> tuple[str, Any]:
     """One of the good files with one to three values anywhere in it replaced by arbitrary JSON, or removed."""
     name = draw(st.sampled_from(sorted(GOOD_FILES)))
-    doc = json.loads(json.dumps(GOOD_FILES[name]))
+    doc = copy.deepcopy(GOOD_FILES[name])
     for _ in range(draw(st.integers(1, 3))):
         if not (slots := _slots(doc)):
             break

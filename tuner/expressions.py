@@ -73,7 +73,7 @@ _FUNCTIONS: dict[str, Callable[..., Any]] = {
 }
 
 
-def _number(value: Any) -> Any:
+def _arithmetic(value: Any) -> Any:
     """``value``, with an array of booleans made integers: in arithmetic Python counts True as 1 (numpy's
     ``True + True`` is True)."""
     return value.astype(np.int64) if isinstance(value, np.ndarray) and value.dtype == bool else value
@@ -152,7 +152,7 @@ class _Interpreter:
         op = _BINARY.get(type(node.op))
         if op is None:
             raise self.refuse(node, f"operator {type(node.op).__name__} is not allowed")
-        left, right = _number(self.run(node.left)), _number(self.run(node.right))
+        left, right = _arithmetic(self.run(node.left)), _arithmetic(self.run(node.right))
         if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and abs(right) > 64:
             raise self.refuse(node, "exponent too large")
         if isinstance(node.op, ast.Mult) and (isinstance(left, list | tuple | str) or isinstance(right, list | tuple | str)):
@@ -166,9 +166,9 @@ class _Interpreter:
         if isinstance(node.op, ast.Not):
             return np.logical_not(value) if isinstance(value, np.ndarray) else not value
         if isinstance(node.op, ast.USub):
-            return -_number(value)
+            return -_arithmetic(value)
         if isinstance(node.op, ast.UAdd):
-            return +_number(value)
+            return +_arithmetic(value)
         raise self.refuse(node, f"operator {type(node.op).__name__} is not allowed")
 
     def _BoolOp(self, node: ast.BoolOp) -> Any:
