@@ -26,7 +26,24 @@ import optuna
 from optuna.distributions import distribution_to_json
 from optuna.storages._rdb import models
 from optuna.trial import TrialState
-from sqlalchemy import Column, Engine, Float, Integer, MetaData, String, Table, Text, and_, create_engine, event, func, insert, select, text
+from sqlalchemy import (
+    Column,
+    Engine,
+    Float,
+    Integer,
+    MetaData,
+    String,
+    Table,
+    Text,
+    and_,
+    create_engine,
+    event,
+    func,
+    insert,
+    inspect,
+    select,
+    text,
+)
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.exc import OperationalError, SQLAlchemyError
@@ -219,8 +236,9 @@ def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
 
 
 class History:
-    """The history database at ``url`` (created on first use). ``read_only``: nothing is ever written,
-    and a SQLite file that does not exist yet reads as an empty history (it is not created)."""
+    """The history database at ``url`` (created on first use). ``read_only``: nothing is ever written, and a
+    SQLite file that does not exist yet, or a database no tuner wrote to (another tool's Optuna studies only),
+    reads as an empty history (it is neither created nor changed)."""
 
     def __init__(self, url: str, read_only: bool = False) -> None:
         self.url, self.read_only = url, read_only
@@ -229,6 +247,10 @@ class History:
             url = "sqlite://"                                # an empty history, in memory
         try:
             self.engine = _sqlite_engine(url, read_only) if self.sqlite else create_engine(url, pool_pre_ping=True)
+            if read_only and url != "sqlite://" and not set(_META.tables) & set(inspect(self.engine).get_table_names()):
+                self.engine.dispose()
+                url, self.sqlite = "sqlite://", True
+                self.engine = _sqlite_engine(url, read_only)
             with self._schema_lock():
                 if not read_only or url == "sqlite://":
                     _META.create_all(self.engine)

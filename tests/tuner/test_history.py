@@ -181,6 +181,19 @@ def test_one_query_reads_agree_with_optuna_and_the_tools_write_nothing(workspace
     assert finals == sorted(finals) and all(r["trials"] == tops[r["study"]][0] for r in ranking)
 
 
+def test_a_database_of_another_tools_optuna_studies_reads_as_an_empty_history_and_is_left_as_it_was(workspace):
+    database = workspace / "studies" / "theirs.db"
+    study = optuna.create_study(study_name="theirs", storage=f"sqlite:///{database}")
+    study.optimize(lambda trial: trial.suggest_float("x", 0, 1) ** 2, n_trials=3)
+    before = database.read_bytes()
+    for tool in ("compare_history", "rank_experiments", "resume_search_history", "report"):
+        out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", str(database), "--json", tool],
+                             capture_output=True, text=True, timeout=300)
+        assert out.returncode == 0 and "Traceback" not in out.stderr, (tool, out.stderr)
+    assert database.read_bytes() == before
+    assert json.loads(out.stdout)["sections"] and not History(f"sqlite:///{database}", read_only=True).study_names()
+
+
 def test_a_long_run_thins_its_trials_for_the_dashboard_and_resumes_exactly(workspace, monkeypatch):
     from tuner import search as search_module
     from tuner import service
