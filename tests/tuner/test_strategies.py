@@ -170,6 +170,15 @@ def test_quick_spends_its_budget_where_tpe_would_propose_one_configuration_for_e
     assert outcome.evaluations == 250 and outcome.best.value == 1.0
 
 
+def test_quick_spends_its_last_share_exploring_when_nothing_it_scored_has_a_time(tmp_path):
+    knobs = {f"k{i}": [0, 1, 2, 3] for i in range(4)}
+    path = toy_cache(tmp_path, {(3, 3, 3, 3): 1.0}, "sparse.json", knobs)          # one of 256 measured: the runs below miss it
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
+                    Spec(strategy="quick", mode="time", max_evals=40, seed=0))
+    outcome = STRATEGIES["quick"](search)
+    assert outcome.best is None and outcome.evaluations == 40
+
+
 @pytest.mark.parametrize("patience", [1, 2])
 def test_a_polish_patience_counts_only_neighbours_not_scored_before(tmp_path, patience):
     """Neighbours the search already scored cost nothing and tell nothing, so they do not use up the patience:

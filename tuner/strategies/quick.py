@@ -148,8 +148,9 @@ def run(search: Search) -> Outcome:
     budget = search.spec.max_evals
     with search.holding_back(int(budget * ENDGAME)):
         _explore_and_polish(search, tpe, polished, max(int(budget * FIRST_EXPLORATION), STARTUP_TRIALS))
-    if search.stop_reason() is None and search.best is not None:
-        climb(search, search.best.idx, phases=())         # no patience: the best's whole step neighbourhood
-        tpe.tell_seen()
-        _explore_and_polish(search, tpe, polished)        # what the climb left
+    if search.stop_reason() is None:
+        if search.best is not None:
+            climb(search, search.best.idx, phases=())     # no patience: the best's whole step neighbourhood
+            tpe.tell_seen()
+        _explore_and_polish(search, tpe, polished)        # what the climb left (all of the share when nothing ran yet)
     return search.finish(search.top(), search.stop_reason() or "converged")
