@@ -11,7 +11,8 @@ learned pairs and repaired moves, ordered by the model the search learns from it
 (:mod:`.interactions`), with a patience, without its wider phases). Everything the climbs score is
 told to TPE too, and exploration resumes. The last ``ENDGAME`` share of the budget is kept for a climb
 from the best without patience, so that what a run returns has, budget allowing, no improving step
-neighbour; whatever that climb leaves goes to exploration and polish again.
+neighbour; whatever that climb leaves (all of it when nothing scored has a value) goes to exploration
+and polish again.
 
 TPE's cost per proposal grows with the trials it holds, so it holds a window: past ``WINDOW``
 trials it keeps the best and the most recent quarter-window each (distinct configurations), so this
@@ -152,5 +153,5 @@ def run(search: Search) -> Outcome:
         if search.best is not None:
             climb(search, search.best.idx, phases=())     # no patience: the best's whole step neighbourhood
             tpe.tell_seen()
-        _explore_and_polish(search, tpe, polished)        # what the climb left (all of the share when nothing ran yet)
+        _explore_and_polish(search, tpe, polished)        # what the climb left (the whole share when there is no best)
     return search.finish(search.top(), search.stop_reason() or "converged")
