@@ -237,8 +237,8 @@ class Space:
                 with np.errstate(all="raise"):
                     ok &= np.broadcast_to(np.asarray(evaluate(condition, names), dtype=bool), ok.shape)
             except ExpressionError:                        # a fault on the values, or the arrays past the bounds
-                ok &= [self._allows(condition, {n: v.item() for n, v in zip(names, row, strict=True)})
-                       for row in zip(*names.values(), strict=True)]
+                columns = [column.tolist() for column in names.values()]                # Python values, objects as they are
+                ok &= [self._allows(condition, dict(zip(names, row, strict=True))) for row in zip(*columns, strict=True)]
         return ok
 
     @staticmethod
@@ -334,11 +334,14 @@ def make_space(name: str, knobs: list[Knob], conditions: list[Any], where: str, 
             raise SpaceError(f"{where}: a condition must be an expression string, got {_text(condition)[:60]}")
         try:
             unknown = names_in(condition) - set(space.names)
-            if unknown:
-                raise SpaceError(f"{where}: condition {condition!r} names unknown knobs {sorted(unknown)}")
-            space.allowed(space.sample())                  # refuses what the evaluator does not allow
-        except (ExpressionError, SpaceError) as exc:
+        except ExpressionError as exc:
             raise SpaceError(f"{where}: {exc}") from None
+        if unknown:
+            raise SpaceError(f"{where}: condition {condition!r} names unknown knobs {sorted(unknown)}")
+    try:
+        space.allowed(space.sample())                      # once every name is known: refuses what the evaluator does not allow
+    except (ExpressionError, SpaceError) as exc:
+        raise SpaceError(f"{where}: {exc}") from None
     return space
 
 

@@ -88,6 +88,7 @@ def test_the_kernel_plan_catalogue_is_a_t1_file():
     ([{"Name": "x", "Values": {"a": 1}}], [], "values must be a non-empty list"),
     ([{"Name": "x", "Values": [1, 1]}], [], "repeats a value"),
     ([{"Name": "x", "Values": [1, 2]}], ["y > 1"], "unknown knobs ['y']"),
+    ([{"Name": "x", "Values": [1, 2]}], ["x > 1", "y > 1"], "T1 file: condition 'y > 1' names unknown knobs ['y']"),
     ([{"Name": "x", "Values": [1, 2]}], ["(x).__class__"], "Attribute is not allowed"),
     ([{"Name": "x", "Values": [1, 2]}], ["[x] * 100000 * 100000 == []"], "builds or steps through more than 100000 items"),
     ([{"Name": "x", "Values": [1, 2]}, {"Name": "s", "Values": ["a", "b"]}], ["x < s if s == 'b' else True"],   # fails for s = 'b' only
@@ -104,6 +105,11 @@ def test_bad_space_files_are_refused_with_a_reason(params, conditions, fragment)
 def test_a_knob_that_mixes_strings_and_numbers_keeps_its_values_in_restrictions():
     space = space_from_t1(t1([{"Name": "m", "Values": ["a", 1, True, 2.5]}], ["m == 1 or m == 'a'"]))
     assert space.allowed(np.arange(4)[:, None]).tolist() == [True, True, True, False]      # as in Python, True == 1
+
+
+def test_a_mixed_knob_keeps_its_values_when_a_restriction_is_evaluated_row_by_row():
+    space = space_from_t1(t1([{"Name": "m", "Values": ["a", 1, 2.5]}, {"Name": "x", "Values": [0, 1, 2]}], ["m == 1 or 1 / x > 0"]))
+    assert space.allowed(np.indices(space.sizes).reshape(2, -1).T).tolist() == [False, True, True, True, True, True, False, True, True]
 
 
 def test_a_restriction_that_fails_past_the_sample_read_with_the_file_is_a_space_error_naming_the_configuration():
