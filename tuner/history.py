@@ -496,15 +496,13 @@ class History:
                                                                 datetime_start=now, datetime_complete=now))
             ids.append(result.inserted_primary_key[0])
         values, params, attrs = [], [], []
-        distributions = {name: (d, distribution_to_json(d)) for name, d in space.shown_distributions.items()}
+        distributions = {name: distribution_to_json(d) for name, d in space.shown_distributions.items()}
         for trial_id, record in zip(ids, trials, strict=True):
             if record.value is not None:
                 stored, kind = models.TrialValueModel.value_to_stored_repr(record.value)
                 values.append({"trial_id": trial_id, "objective": 0, "value": stored, "value_type": kind})
-            for name, value in space.shown_params(record.idx).items():      # real values, as a person reads them
-                distribution, text = distributions[name]
-                params.append({"trial_id": trial_id, "param_name": name, "param_value": distribution.to_internal_repr(value),
-                               "distribution_json": text})
+            for name, value in space.shown_internal(record.idx).items():    # real values, as a person reads them
+                params.append({"trial_id": trial_id, "param_name": name, "param_value": value, "distribution_json": distributions[name]})
             for key, value in {"plan_hash": space.hash_idx(record.idx), **record.attrs}.items():
                 attrs.append({"trial_id": trial_id, "key": key, "value_json": json.dumps(value)})
         if values:

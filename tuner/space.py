@@ -254,8 +254,10 @@ class Space:
 
     @cached_property
     def distributions(self) -> dict[str, BaseDistribution]:
-        """Per knob: an index range for ordinal knobs (so TPE sees their order), choices for nominal ones."""
-        return {k.name: IntDistribution(0, k.size - 1) if k.kind == "ordinal" else CategoricalDistribution(list(k.choices))
+        """Per knob, a distribution over its value indices (the params of :meth:`to_params`): a range for ordinal
+        knobs (so an Optuna model sees their order), unordered categories for nominal ones. Indices, not values:
+        Optuna finds a categorical value by ``==``, which confuses ``1`` with ``True`` and ``1.0``."""
+        return {k.name: IntDistribution(0, k.size - 1) if k.kind == "ordinal" else CategoricalDistribution(list(range(k.size)))
                 for k in self.knobs}
 
     @cached_property
@@ -273,17 +275,17 @@ class Space:
                 out[k.name] = CategoricalDistribution(list(k.choices))
         return out
 
-    def shown_params(self, idx: np.ndarray) -> dict[str, Any]:
-        """The real knob values of an index vector (the params of :attr:`shown_distributions`)."""
-        return {k.name: k.choices[int(i)] for k, i in zip(self.knobs, idx, strict=True)}
+    def shown_internal(self, idx: np.ndarray) -> dict[str, float]:
+        """Optuna's stored form of an index vector under :attr:`shown_distributions`: a numeric knob's value itself,
+        any other knob's choice index. The index is taken as it is, not looked up by value, since Optuna's lookup
+        (``choices.index``) would store ``True`` as a ``1`` listed before it."""
+        shown = self.shown_distributions
+        return {k.name: float(i) if isinstance(shown[k.name], CategoricalDistribution) else float(k.choices[int(i)])
+                for k, i in zip(self.knobs, idx, strict=True)}
 
-    def to_params(self, idx: np.ndarray) -> dict[str, Any]:
-        """Optuna params of an index vector."""
-        return {k.name: int(i) if k.kind == "ordinal" else k.choices[int(i)] for k, i in zip(self.knobs, idx, strict=True)}
-
-    def from_params(self, params: dict[str, Any]) -> np.ndarray:
-        """Index vector of Optuna params."""
-        return np.array([params[k.name] if k.kind == "ordinal" else k.index(params[k.name]) for k in self.knobs], dtype=np.int16)
+    def to_params(self, idx: np.ndarray) -> dict[str, int]:
+        """Optuna params of an index vector, under :attr:`distributions`."""
+        return {k.name: int(i) for k, i in zip(self.knobs, idx, strict=True)}
 
 
 # --- readers ----------------------------------------------------------------------------------

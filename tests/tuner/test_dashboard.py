@@ -32,6 +32,14 @@ def test_dashboard_shows_the_studies_with_real_knob_values(ctx, workspace):
     service.local_neighborhood_search(ctx, fixture="tensor_plan_attempt1_best", max_evals=60)
     service.bounded_exhaustive_search(ctx, "iteration3_dev_core", max_evals=262_144, include_final=False)
     ctx.close()
+    modes = ["a", 1, True, 1.0, False]                   # 1, True and 1.0 are equal to Python: keyed by position here
+    times = {(i, b): 1.0 + i + b / 100 for i in range(len(modes)) for b in (16, 32)}     # one time per configuration
+    tune_params = {"mode": modes, "bx": [16, 32]}
+    cache = {f"{modes[i]},{b}": {"mode": modes[i], "bx": b, "time": t} for (i, b), t in times.items()}
+    (workspace / "mixed.json").write_text(json.dumps({"tune_params_keys": ["mode", "bx"], "tune_params": tune_params, "cache": cache}))
+    mixed = service.Context.create(workspace, objective=f"cache:{workspace / 'mixed.json'}")
+    service.bounded_exhaustive_search(mixed, "all")
+    mixed.close()
     executable = shutil.which("optuna-dashboard") or str(Path(sys.executable).parent / "optuna-dashboard")
     if not Path(executable).exists():
         pytest.fail("optuna-dashboard is not installed (it is in the test extra)")
@@ -66,6 +74,12 @@ def test_dashboard_shows_the_studies_with_real_knob_values(ctx, workspace):
                 assert str(shown[knob.name]) in {str(c) for c in knob.choices}, (knob.name, shown[knob.name])
         block_m = {int(p["param_external_value"]) for t in complete for p in t["params"] if p["name"] == "block_m"}
         assert block_m <= {16, 32, 48, 64, 80, 96, 128} and 48 in block_m     # attempt-1's 48, not an index
+        cache_study = next(i for n, i in names.items() if n.startswith("exhaustive:profile:all"))
+        shown = {}                                         # each configuration as the dashboard shows it, with its time
+        for trial in _get(f"http://127.0.0.1:{port}/api/studies/{cache_study}")["trials"]:
+            params = {p["name"]: (p["param_external_value"], p["param_external_pytyp"]) for p in trial["params"]}
+            shown[params["mode"], params["bx"][0]] = trial["values"][0]
+        assert shown == {((str(modes[i]), str(type(modes[i]))), str(b)): t for (i, b), t in times.items()}   # True is not shown as 1
     finally:
         proc.terminate()
         proc.wait(timeout=10)

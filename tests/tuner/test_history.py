@@ -16,6 +16,7 @@ from conftest import ROOT
 
 from tuner.history import History, Row, TrialRecord
 from tuner.plan import SPACE, encode, plan_hash
+from tuner.space import space_from_tune_params
 
 
 def tuner(workspace, *args, **kw):
@@ -38,6 +39,19 @@ def test_cache_and_trials_round_trip(tmp_path, iteration2):
     assert history.outcomes("s") == []                     # trials written without members, as older versions did
     history.close()
     assert History(f"sqlite:///{tmp_path / 'h.db'}").outcomes("s") == [(plan_hash(iteration2), 123.0), (plan_hash(iteration2), None)]
+
+
+def test_a_knob_whose_values_python_finds_equal_is_stored_as_each_value(tmp_path):
+    # Optuna finds a categorical value by ==, so True and 1.0 would be stored as the 1 listed before them
+    space = space_from_tune_params({"mode": ["a", 1, True, 1.0, 0, False], "bx": [16, 32]})
+    idx = np.array([[m, b] for m in range(6) for b in range(2)], dtype=np.int16)
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    study = history.study("mixed")
+    history.write("o", "time", [], study._study_id, [TrialRecord(row, 1.0, {}) for row in idx], space=space)
+    trials = optuna.load_study(study_name="mixed", storage=history.storage).get_trials()
+    shown = [(t.params["mode"], type(t.params["mode"]), t.params["bx"]) for t in trials]
+    assert shown == [(v, type(v), b) for v in ("a", 1, True, 1.0, 0, False) for b in (16, 32)]
+    history.close()
 
 
 def test_history_accepts_any_sqlalchemy_url(tmp_path):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import shutil
 import zlib
 from pathlib import Path
@@ -62,6 +63,25 @@ def test_report_of_a_cache_leaves_out_what_does_not_apply(tmp_path):
     text = (tmp_path / out["path"]).read_text()
     assert "Where the cycles go" not in text and "Marginal: bx" in text
     ctx.close()
+
+
+def _importance_of_mode(folder: Path, modes: list) -> dict[str, float]:
+    """Knob importance after scoring every configuration of a cache whose time depends on mode (``modes[1]`` is faster)."""
+    folder.mkdir()
+    tune_params = {"mode": modes, "bx": [16, 32, 48, 64, 80, 96]}
+    records = {f"{m},{b}": {"mode": m, "bx": b, "time": 3.0 - 2 * i + b / 1e4} for i, m in enumerate(modes) for b in tune_params["bx"]}
+    (folder / "cache.json").write_text(json.dumps({"tune_params_keys": list(tune_params), "tune_params": tune_params, "cache": records}))
+    ctx = service.Context.create(folder, objective=f"cache:{folder / 'cache.json'}")
+    service.bounded_exhaustive_search(ctx, "all")
+    importance = service.report_info(ctx)["importance"]
+    ctx.close()
+    return importance
+
+
+def test_importance_tells_true_from_one(tmp_path):
+    # 1 and True are equal to Python, and to Optuna's lookup of a categorical value: they must stay two values
+    mixed, plain = _importance_of_mode(tmp_path / "mixed", [1, True]), _importance_of_mode(tmp_path / "plain", ["1", "True"])
+    assert mixed == pytest.approx(plain) and mixed["mode"] > 0.1
 
 
 def _png_is_blank(png: bytes) -> bool:
