@@ -109,6 +109,7 @@ def _optuna(cache: Path, t1: Path | None, method: str, seed: int, budget: int) -
             study.tell(trial, state=optuna.trial.TrialState.PRUNED)
             continue
         value = values.setdefault(idx.tobytes(), float(objective.cycles(idx[None])[0]))
+        # a failure told as pruned: Optuna's TPE ranks it among the worst trials, where it would ignore a FAIL
         study.tell(trial, value) if np.isfinite(value) else study.tell(trial, state=optuna.trial.TrialState.PRUNED)
     return list(values.values())
 

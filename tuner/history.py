@@ -149,7 +149,8 @@ def _row(record: Any) -> Row:
 
 @dataclass
 class TrialRecord:
-    """A trial to store: the plan, its dev value (``None`` when pruned) and user attributes."""
+    """A trial to store: the plan, its value (``None`` when it failed: infeasible, incorrect or not measured) and user
+    attributes (a failure's ``reason`` among them)."""
 
     idx: np.ndarray
     value: float | None
@@ -380,7 +381,7 @@ class History:
             return list(connection.execute(select(_STUDIES.c.study_name).order_by(_STUDIES.c.study_id)).scalars())
 
     def trials(self, name: str) -> list[optuna.trial.FrozenTrial]:
-        """Completed and pruned trials of study ``name`` as Optuna's frozen trials (empty when it does not exist)."""
+        """The stored trials of study ``name`` (completed and failed) as Optuna's frozen trials (empty when it does not exist)."""
         try:
             return optuna.load_study(study_name=name, storage=self.storage).get_trials(deepcopy=False)
         except KeyError:
@@ -491,7 +492,7 @@ class History:
         now = _now()
         ids = []
         for number, record in enumerate(trials, start=count):
-            state = TrialState.COMPLETE if record.value is not None else TrialState.PRUNED
+            state = TrialState.COMPLETE if record.value is not None else TrialState.FAIL     # infeasible, incorrect, not measured
             result = connection.execute(insert(trials_t).values(number=number, study_id=study_id, state=state,
                                                                 datetime_start=now, datetime_complete=now))
             ids.append(result.inserted_primary_key[0])
