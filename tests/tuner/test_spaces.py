@@ -163,6 +163,13 @@ def test_a_t4_results_file_replays_like_the_same_measurements_in_a_kernel_tuner_
     assert runs[0] == runs[1] and len(runs[0]) >= 60
 
 
+def test_a_t4_knob_whose_values_python_finds_equal_has_one_order(tmp_path):
+    results = [_t4_result({"m": m}, 1.0 + i) for i, m in enumerate([2, 1.0, True, "b", 1, "a"])]
+    (tmp_path / "results.json").write_text(json.dumps({"results": results}))
+    (knob,) = CacheObjective(tmp_path / "results.json").space.knobs
+    assert [(v, type(v)) for v in knob.choices] == [(True, bool), (1.0, float), (1, int), (2, int), ("a", str), ("b", str)]
+
+
 def test_a_t1_space_adds_restrictions_to_a_cache(tmp_path):
     cache = toy_cache(tmp_path, {(32, 1): 2.5, (64, 1): 1.25})
     (tmp_path / "toy.t1.json").write_text(json.dumps(t1([{"Name": "tile", "Values": [1, 2]}, {"Name": "bx", "Values": [32, 64, 128]}],

@@ -74,7 +74,8 @@ def _t4(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[dict[str, 
             if not isinstance(value, int | float | str | bool):
                 raise SpaceError(f"{source}: results[{i}]: knob {str(name)[:40]!r}: {str(value)[:40]!r} is not a number, string or boolean")
         out.append((config, _t4_time(result, f"{source}: results[{i}]")))
-    values = {name: [v for _, v in sorted({(type(c[name]), c[name]) for c, _ in out}, key=lambda tv: (isinstance(tv[1], str), tv[1]))]
+    values = {name: [v for _, v in sorted({(type(c[name]).__name__, c[name]) for c, _ in out},     # 1, True and 1.0 are three values,
+                                          key=lambda tv: (isinstance(tv[1], str), tv[1], tv[0]))]      # ordered by type when equal
               for name in out[0][0]}
     return space_from_tune_params(values, list(values), Path(source).stem, source), out
 
