@@ -4,10 +4,14 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import tempfile
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import toy_cache
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from tuner.history import History
 from tuner.objectives.builtin import BuiltinObjective
@@ -18,7 +22,7 @@ from tuner.space import space_from_t1
 from tuner.strategies import checkpoint
 from tuner.strategies.checkpoint import LIKELY_TO_FAIL, climb, step_neighbours
 from tuner.strategies.interactions import learn
-from tuner.strategies.neighbourhood import coupled, repairs, singles
+from tuner.strategies.neighbourhood import coupled, grid, pairs, repairs, singles
 
 POSITION = SPACE.position
 
@@ -194,3 +198,49 @@ def test_the_steps_try_a_joint_move_into_an_unscored_cell_of_a_learned_pair_soon
     credited = place()
     monkeypatch.setattr(checkpoint, "OPTIMISM", 0.0)
     assert credited < place()                          # the model alone ranks it among the worst: its cell holds no data
+
+
+def test_pairs_move_two_knobs_ordinal_ones_one_step():
+    toy = space_from_t1({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "a", "Values": [1, 2, 4, 8]}, {"Name": "b", "Values": [1, 2, 4]}, {"Name": "c", "Values": ["x", "y", "z"]}]}})
+    center = np.array([1, 0, 1], dtype=np.int16)
+    moves = pairs(toy, center)
+    changed = moves != center
+    assert (changed.sum(axis=1) == 2).all()
+    assert set(map(tuple, moves[:, :2][changed[:, 0] & changed[:, 1]])) == {(0, 1), (2, 1)}     # a and b: one step each
+    assert set(moves[:, 2][changed[:, 2]]) == {0, 2}                                            # c: every other value
+    assert len(moves) == len(np.unique(moves, axis=0)) == 2 * 1 + 2 * 2 + 1 * 2
+
+
+# more single moves than the "combined" phase pairs (16), ordinal and nominal knobs
+KNOBS_OF_ANY_TABLE = {"a": [1, 2, 3, 4, 5, 6, 7, 8], "b": [1, 2, 4, 8, 16, 32], "c": ["v", "w", "x", "y", "z"], "d": [8, 16, 32, 64],
+                      "e": ["p", "q", "r"], "f": [0, 1, 2]}
+
+
+@settings(max_examples=25)
+@given(seed=st.integers(0, 2**32 - 1), failing=st.sampled_from([0.0, 0.3, 0.7]))
+def test_a_checkpoint_climb_converges_only_where_no_single_pair_or_grid_move_improves(seed, failing):
+    """The contract of ``checkpoint``: on any table of times, failures among them, it says "converged" only at a
+    configuration that no single move, no move of two knobs (ordinal ones one step) and no +-1 grid move improves."""
+    rng = np.random.default_rng(seed)
+    values = list(KNOBS_OF_ANY_TABLE.values())
+    rows = np.array(list(itertools.product(*(range(len(v)) for v in values))), dtype=np.int16)
+    times = [float(t) if rng.random() >= failing else "RuntimeFailedConfig" for t in rng.lognormal(size=len(rows))]
+    with tempfile.TemporaryDirectory() as folder:
+        path = toy_cache(Path(folder), {tuple(v[i] for v, i in zip(values, row, strict=True)): t
+                                        for row, t in zip(rows, times, strict=True)}, "any.json", KNOBS_OF_ANY_TABLE)
+        objective = CacheObjective(path, None)
+        spec = Spec(strategy="checkpoint", mode="time", max_evals=len(rows), seed=seed)
+        search = Search(History(f"sqlite:///{folder}/h.db"), objective, spec)
+        start = rows[rng.integers(len(rows))]
+        assert climb(search, start) == "converged"
+        truth = objective.cycles(rows, "time")                      # inf where the table holds no time
+    end = search.best.idx if search.best is not None else start     # nothing scored has a time: the climb stays put
+
+    def improving(moves: np.ndarray) -> int:
+        at = np.ravel_multi_index(moves.T.astype(np.intp), tuple(search.space.sizes))
+        return int((truth[at] < truth[np.ravel_multi_index(tuple(end), tuple(search.space.sizes))]).sum())
+
+    ordinal = tuple(j for j in range(len(values)) if search.space.ordinal[j])
+    assert improving(singles(search.space, end)) == improving(pairs(search.space, end)) == 0
+    assert improving(grid(search.space, end, ordinal)) == 0
