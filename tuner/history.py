@@ -212,6 +212,18 @@ def _sqlite_file_exists(url: str) -> bool:
     return bool(path) and path != ":memory:" and Path(path).is_file()
 
 
+def _in_memory(url: str) -> bool:
+    """Whether SQLite ``url`` names an in-memory database, of which every engine opening it gets one of its own."""
+    from sqlalchemy.engine import make_url
+    from sqlalchemy.exc import ArgumentError
+
+    try:
+        parsed = make_url(url)
+    except ArgumentError:
+        return False
+    return parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
+
+
 def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
     if url == "sqlite://":
         engine = create_engine(url, poolclass=StaticPool)        # one in-memory database for every connection
@@ -244,6 +256,9 @@ class History:
     def __init__(self, url: str, read_only: bool = False) -> None:
         self.url, self.read_only = url, read_only
         self.sqlite = url.startswith("sqlite")
+        if self.sqlite and not read_only and _in_memory(url):
+            raise HistoryUnavailable(f"cannot write history {url[:200]!r}: an in-memory database is one per connection pool, so "
+                                     "Optuna's trials and the tuner's cache would not meet; give a file (PATH or sqlite:///PATH)")
         if read_only and self.sqlite and not _sqlite_file_exists(url):
             url = "sqlite://"                                # an empty history, in memory
         try:

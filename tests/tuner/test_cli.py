@@ -148,6 +148,12 @@ def test_an_unusable_history_exits_2_with_one_line(workspace, history, fragment)
     assert not Path(history).parent.exists()
 
 
+def test_a_search_into_an_in_memory_history_exits_2_with_one_line(workspace):
+    out = tuner(workspace, "--history", "sqlite://", "search_plans", "--max-evals", "5")
+    assert out.returncode == 2 and "in-memory" in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    assert not (workspace / "studies" / "history.db").exists()
+
+
 def test_ctrl_c_exits_130_with_one_line_and_keeps_the_progress(workspace):
     database = workspace / "studies" / "history.db"
     process = subprocess.Popen([sys.executable, "-m", "tuner", "--workspace", str(workspace), "search_plans", "--max-evals", "1000000"],

@@ -12,9 +12,10 @@ import time
 
 import numpy as np
 import optuna
+import pytest
 from conftest import ROOT
 
-from tuner.history import History, Row, TrialRecord
+from tuner.history import History, HistoryUnavailable, Row, TrialRecord
 from tuner.plan import SPACE, encode, plan_hash
 from tuner.space import space_from_tune_params
 
@@ -58,6 +59,15 @@ def test_history_accepts_any_sqlalchemy_url(tmp_path):
     url = f"sqlite:///{tmp_path / 'nested' / 'x.db'}"
     History(url).study("a")
     assert "a" in History(url).study_names()
+
+
+def test_an_in_memory_history_reads_as_empty_and_refuses_to_be_written():
+    """Optuna's storage and the tuner's tables each open their own engine, and an in-memory SQLite database is
+    one per engine: a search written there would fail half-way, so it is refused up front, by name."""
+    for url in ("sqlite://", "sqlite:///:memory:"):
+        assert History(url, read_only=True).study_names() == []
+        with pytest.raises(HistoryUnavailable, match=r"in-memory.*give a file"):
+            History(url)
 
 
 def _sweep(db):
