@@ -318,9 +318,10 @@ def make_knob(name: Any, values: Any, where: str, default: Any = None, kind: Any
         raise SpaceError(f"{where}: knob {name!r}: values must be numbers, strings or booleans")
     if len({(type(v), v) for v in values}) != len(values):
         raise SpaceError(f"{where}: knob {name!r} repeats a value")
+    knob = Knob(name, tuple(values), _kind(values, kind, where), default)
     if default is not None and not any(_same(default, v) for v in values):
-        default = None
-    return Knob(name, tuple(values), _kind(values, kind, where), default)
+        raise SpaceError(f"{where}: knob {name!r}: Default {_text(default)} is not one of its values (allowed: {knob.allowed()})")
+    return knob
 
 
 def make_space(name: str, knobs: list[Knob], conditions: list[Any], where: str, coupled: Any = ()) -> Space:

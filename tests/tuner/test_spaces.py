@@ -87,6 +87,8 @@ def test_the_kernel_plan_catalogue_is_a_t1_file():
     ([{"Name": "x", "Values": "5"}], [], "values must be a non-empty list"),
     ([{"Name": "x", "Values": {"a": 1}}], [], "values must be a non-empty list"),
     ([{"Name": "x", "Values": [1, 1]}], [], "repeats a value"),
+    ([{"Name": "x", "Values": [1, 2], "Default": 3}], [], "knob 'x': Default 3 is not one of its values (allowed: 1, 2)"),
+    ([{"Name": "x", "Values": [1, 2], "Default": True}], [], "Default true is not one of its values"),
     ([{"Name": "x", "Values": [1, 2]}], ["y > 1"], "unknown knobs ['y']"),
     ([{"Name": "x", "Values": [1, 2]}], ["x > 1", "y > 1"], "T1 file: condition 'y > 1' names unknown knobs ['y']"),
     ([{"Name": "x", "Values": [1, 2]}], ["(x).__class__"], "Attribute is not allowed"),
