@@ -46,7 +46,8 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.exc import OperationalError, SQLAlchemyError
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool, StaticPool
 
 from tuner.objectives.base import Evaluations, Objective
@@ -199,8 +200,6 @@ def _now() -> datetime:
 
 def _safe(url: str) -> str:
     """``url`` with any password hidden."""
-    from sqlalchemy.engine import make_url
-
     try:
         return repr(make_url(url).render_as_string(hide_password=True))
     except Exception:                       # not a URL SQLAlchemy can parse: the text says so itself
@@ -214,9 +213,6 @@ def _sqlite_file_exists(url: str) -> bool:
 
 def _in_memory(url: str) -> bool:
     """Whether SQLite ``url`` names an in-memory database, of which every engine opening it gets one of its own."""
-    from sqlalchemy.engine import make_url
-    from sqlalchemy.exc import ArgumentError
-
     try:
         parsed = make_url(url)
     except ArgumentError:
