@@ -159,12 +159,15 @@ class TrialRecord:
 
 
 def resolve_url(target: str | Path | None) -> str:
-    """SQLAlchemy URL of ``target``: a URL as is, a path as a SQLite file (default ``studies/history.db``)."""
+    """SQLAlchemy URL of ``target``: a URL as is, a path as a SQLite file (default ``studies/history.db``), SQLite's
+    ``:memory:`` as the in-memory database it names."""
     if target is None:
         target = DEFAULT_PATH
     text = str(target)
     if "://" in text:
         return text
+    if text == ":memory:":
+        return "sqlite://"
     return f"sqlite:///{Path(text).resolve()}"
 
 

@@ -15,7 +15,7 @@ import optuna
 import pytest
 from conftest import ROOT
 
-from tuner.history import History, HistoryUnavailable, Row, TrialRecord
+from tuner.history import History, HistoryUnavailable, Row, TrialRecord, resolve_url
 from tuner.plan import SPACE, encode, plan_hash
 from tuner.space import space_from_tune_params
 
@@ -64,7 +64,7 @@ def test_history_accepts_any_sqlalchemy_url(tmp_path):
 def test_an_in_memory_history_reads_as_empty_and_refuses_to_be_written():
     """Optuna's storage and the tuner's tables each open their own engine, and an in-memory SQLite database is
     one per engine: a search written there would fail half-way, so it is refused up front, by name."""
-    for url in ("sqlite://", "sqlite:///:memory:"):
+    for url in ("sqlite://", "sqlite:///:memory:", resolve_url(":memory:")):
         assert History(url, read_only=True).study_names() == []
         with pytest.raises(HistoryUnavailable, match=r"in-memory.*give a file"):
             History(url)
