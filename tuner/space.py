@@ -17,6 +17,7 @@ import gzip
 import hashlib
 import json
 import zlib
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from math import prod
@@ -408,14 +409,23 @@ def space_from_tune_params(params: Any, keys: Any = None, name: str = "cache", s
     return make_space(name, [make_knob(k, params[k], source) for k in keys], [], source)
 
 
-def read_json(path: str | Path, what: str) -> Any:
-    """JSON of a file (``.gz`` decompressed); :class:`SpaceError` naming the file on any failure."""
+def read_json(path: str | Path, what: str, completed: Callable[[str], str] | None = None) -> Any:
+    """JSON of a file (``.gz`` decompressed); :class:`SpaceError` naming the file on any failure. ``completed``: for a
+    text that is not JSON, the text a writer that stopped part-way would have finished it with (tried once)."""
     path = Path(path)
     try:
         raw = path.read_bytes()
         if path.suffix == ".gz":
             raw = gzip.decompress(raw)
-        return json.loads(raw)
+        try:
+            return json.loads(raw)
+        except json.JSONDecodeError as exc:
+            if completed is None:
+                raise
+            try:
+                return json.loads(completed(raw.decode("utf-8")))
+            except json.JSONDecodeError:
+                raise exc from None
     except FileNotFoundError:
         raise SpaceError(f"{what} {path.name!r} does not exist") from None
     except (OSError, EOFError, zlib.error) as exc:

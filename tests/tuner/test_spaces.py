@@ -211,6 +211,35 @@ def test_bad_caches_exit_2_with_one_line_and_write_nothing(tmp_path, content, fr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+def _left_open(tune_params: dict, records: dict[tuple, object]) -> str:
+    """A Kernel Tuner cache as Kernel Tuner writes it while it tunes (``kernel_tuner.util``): the header without its
+    last three characters (``}\\n}``), then each record appended with a comma after it; the closing braces come only
+    when tuning ends, so an interrupted run leaves the file so."""
+    names = list(tune_params)
+    header = json.dumps({"device_name": "toy", "kernel_name": "toy", "tune_params_keys": names, "tune_params": tune_params,
+                         "objective": "time", "cache": {}}, indent="")[:-3]
+    return header + "".join("\n" + json.dumps({",".join(map(str, combo)): {**dict(zip(names, combo, strict=True)), "time": t}})[1:-1] + ","
+                            for combo, t in records.items())
+
+
+def test_a_cache_left_open_by_an_interrupted_tuning_is_read_as_kernel_tuner_reads_it(tmp_path):
+    knobs, records = {"bx": [32, 64, 128], "tile": [1, 2]}, {(32, 1): 2.5, (64, 1): "CompilationFailedConfig", (64, 2): 1.5}
+    (tmp_path / "open.json").write_text(_left_open(knobs, records))
+    (tmp_path / "open.json.gz").write_bytes(gzip.compress(_left_open(knobs, records).encode()))
+    closed = CacheObjective(toy_cache(tmp_path, records, "closed.json", knobs))
+    rows = np.array([[0, 0], [1, 0], [1, 1], [2, 1]], dtype=np.int16)
+    for name in ("open.json", "open.json.gz"):
+        cache = CacheObjective(tmp_path / name)
+        assert cache.space.names == closed.space.names and cache.cycles(rows).tolist() == closed.cycles(rows).tolist()
+        assert [cache.reason(row) for row in rows] == [None, "CompilationFailedConfig", None, NOT_MEASURED]
+    (tmp_path / "cut.json").write_text(_left_open(knobs, records)[:-12])      # cut inside a record: not Kernel Tuner's doing
+    with pytest.raises(SpaceError, match=r"'cut\.json' is not valid JSON"):
+        CacheObjective(tmp_path / "cut.json")
+    (tmp_path / "empty.json").write_text(_left_open(knobs, {}))              # opened, nothing measured yet
+    with pytest.raises(SpaceError, match="holds no successful measurement"):
+        CacheObjective(tmp_path / "empty.json")
+
+
 def test_a_hostile_t1_file_exits_2_and_writes_nothing(tmp_path):
     toy_cache(tmp_path, {(32, 1): 2.5})
     (tmp_path / "evil.t1.json").write_text(json.dumps(t1([{"Name": "bx", "Values": "[32, 64, 128]"}, {"Name": "tile", "Values": [1, 2]}],

@@ -80,6 +80,13 @@ def _t4(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[dict[str, 
     return space_from_tune_params(values, list(values), Path(source).stem, source), out
 
 
+def _closed(text: str) -> str:
+    """A Kernel Tuner cache closed as Kernel Tuner closes one it finds open: it appends each record with a comma
+    after it and the closing braces only when tuning ends, so an interrupted (or running) tuning leaves a file
+    that is not JSON until its last comma becomes ``}\\n}`` (``kernel_tuner.util.correct_open_cache``)."""
+    return text.rstrip().removesuffix(",") + "}\n}"
+
+
 class CacheObjective:
     """Scores configurations by looking up their recorded time (ms) in a measured cache."""
 
@@ -87,7 +94,7 @@ class CacheObjective:
 
     def __init__(self, path: str | Path, space_path: str | Path | None = None) -> None:
         path = Path(path)
-        data = read_json(path, "cache file")
+        data = read_json(path, "cache file", _closed)
         if not isinstance(data, dict):
             raise SpaceError(f"cache file {path.name!r} must hold a JSON object")
         space, records = (_t4 if "results" in data and "cache" not in data else _kernel_tuner)(data, path.name)
