@@ -423,7 +423,7 @@ def read_json(path: str | Path, what: str, completed: Callable[[str], str] | Non
             if completed is None:
                 raise
             try:
-                return json.loads(completed(raw.decode("utf-8")))
+                return json.loads(completed(raw.decode("utf-8-sig")))      # as json.loads reads bytes: a BOM is allowed
             except json.JSONDecodeError:
                 raise exc from None
     except FileNotFoundError:

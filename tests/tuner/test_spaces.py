@@ -226,9 +226,10 @@ def test_a_cache_left_open_by_an_interrupted_tuning_is_read_as_kernel_tuner_read
     knobs, records = {"bx": [32, 64, 128], "tile": [1, 2]}, {(32, 1): 2.5, (64, 1): "CompilationFailedConfig", (64, 2): 1.5}
     (tmp_path / "open.json").write_text(_left_open(knobs, records))
     (tmp_path / "open.json.gz").write_bytes(gzip.compress(_left_open(knobs, records).encode()))
+    (tmp_path / "bom.json").write_bytes(b"\xef\xbb\xbf" + _left_open(knobs, records).encode())   # a BOM, as JSON read as bytes allows
     closed = CacheObjective(toy_cache(tmp_path, records, "closed.json", knobs))
     rows = np.array([[0, 0], [1, 0], [1, 1], [2, 1]], dtype=np.int16)
-    for name in ("open.json", "open.json.gz"):
+    for name in ("open.json", "open.json.gz", "bom.json"):
         cache = CacheObjective(tmp_path / name)
         assert cache.space.names == closed.space.names and cache.cycles(rows).tolist() == closed.cycles(rows).tolist()
         assert [cache.reason(row) for row in rows] == [None, "CompilationFailedConfig", None, NOT_MEASURED]
