@@ -209,11 +209,6 @@ def _safe(url: str) -> str:
         return repr(url[:200])
 
 
-def _sqlite_file_exists(url: str) -> bool:
-    path = url.split("sqlite:///", 1)[-1] if "sqlite:///" in url else ""
-    return bool(path) and path != ":memory:" and Path(path).is_file()
-
-
 def _in_memory(url: str) -> bool:
     """Whether SQLite ``url`` names an in-memory database, of which every engine opening it gets one of its own."""
     try:
@@ -221,6 +216,10 @@ def _in_memory(url: str) -> bool:
     except ArgumentError:
         return False
     return parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
+
+
+def _sqlite_file_exists(url: str) -> bool:
+    return "sqlite:///" in url and not _in_memory(url) and Path(url.split("sqlite:///", 1)[1]).is_file()
 
 
 def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
