@@ -127,6 +127,28 @@ def declared_write(tool: str, path: str, arguments: dict[str, Any]) -> bool:
             or (bool(kinds - {"history"}) and path.startswith(BACKUP_DIR + "/")))
 
 
+def running(pid: int) -> bool:
+    """Whether process ``pid`` still runs (a zombie waits for its reaper and runs nothing)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except FileNotFoundError:
+        return False
+    return state not in ("Z", "X")
+
+
+def misbehaviours(log: Path, value: str, hang: object, crash: object) -> str:
+    """Lines of a benchmark script (importing os, subprocess, sys and time) that misbehave by ``value``: where it is
+    ``hang`` the script hangs with a child process of its own (its pid written to LOG/child), where it is ``crash``
+    it prints "boom" on stderr and exits 3."""
+    return (f"if {value} == {hang!r}:\n"
+            '    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])\n'
+            f'    open(os.path.join({str(log)!r}, "child"), "w").write(str(child.pid))\n'
+            "    time.sleep(600)\n"
+            f"if {value} == {crash!r}:\n"
+            '    print("boom", file=sys.stderr)\n'
+            "    sys.exit(3)\n")
+
+
 def toy_cache(tmp_path: Path, records: dict[tuple[Any, ...], object], name: str = "toy.json.gz",
               tune_params: dict[str, list[Any]] | None = None) -> Path:
     """A Kernel Tuner cache with ``records`` (a configuration, values in knob order -> time in ms, or an error

@@ -184,17 +184,19 @@ def parser() -> argparse.ArgumentParser:
     top.add_argument("--history", default=None, metavar="PATH|URL",
                      help="history file or SQLAlchemy URL (default: WORKSPACE/studies/history.db, created when missing; "
                           "another file's folder must exist)")
-    top.add_argument("--objective", default="builtin", metavar="builtin|command|cache:PATH",
+    top.add_argument("--objective", default="builtin", metavar="builtin|command|cache:PATH|command:PROGRAM",
                      help="builtin: the tensor-plan task (fast); command: the workspace's own benchmark.py; "
-                          "cache:PATH: replay measured results (a Kernel Tuner cache .json/.json.gz or a T4 results file)")
+                          "cache:PATH: replay measured results (a Kernel Tuner cache .json/.json.gz or a T4 results file); "
+                          "command:PROGRAM [ARGS]: a program of the workspace measures each configuration of --space (it reads "
+                          "the configuration as JSON on stdin and prints its time in ms, or {\"error\": ...}, as its last line)")
     top.add_argument("--space", default=None, metavar="T1.json",
-                     help="with a cache objective: a T1 tuning-problem file naming the same knobs (adds restrictions, defaults "
-                          "and Coupled groups)")
+                     help="with cache:PATH (optional): a T1 tuning-problem file naming the same knobs (adds restrictions, defaults "
+                          "and Coupled groups); with command:PROGRAM (required): the space the program measures")
     top.add_argument("--timeout-s", type=_seconds, default=120.0, metavar="SECONDS",
-                     help="with the command objective: seconds one benchmark run may take; a run past it is killed with "
+                     help="with a command objective: seconds one benchmark run may take; a run past it is killed with "
                           "everything it started and counts as a failed evaluation (default 120)")
     top.add_argument("--repeats", dest="objective_repeats", type=_positive(int, LIMITS["repeats"]), default=1, metavar="K",
-                     help="with the command objective: runs per plan in searches, valued by their median; every sample is kept "
+                     help="with a command objective: runs per configuration in searches, valued by their median; every sample is kept "
                           "in the trial (noisy timings; default 1)")
     top.add_argument("--json", action="store_true", help="print the result as JSON (default: readable text)")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")

@@ -8,6 +8,8 @@ the argument, the value and what is allowed.
 from __future__ import annotations
 
 import json
+import os
+import shlex
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -22,11 +24,11 @@ from tuner.history import History, resolve_url
 from tuner.objectives import Objective
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.objectives.cache import CacheObjective
-from tuner.objectives.command import CommandObjective
+from tuner.objectives.command import CommandObjective, ProgramObjective
 from tuner.plan import PROFILE_DIR, Plan, PlanError, plan_hash
 from tuner.plan import SPACE as PLAN_SPACE
 from tuner.search import Outcome, Search, Spec, number
-from tuner.space import Config, Profile, load_profile, profile_names
+from tuner.space import Config, Profile, load_profile, load_space, profile_names
 from tuner.strategies import STRATEGIES
 from tuner.task.benchmark import case_indicators, infeasibility
 from tuner.task.suites import MODES
@@ -70,8 +72,9 @@ WRITES: dict[str, frozenset[str]] = {
 
 @dataclass
 class Context:
-    """Where the tools work: a workspace, a history database and an objective (``builtin``, ``command``
-    or ``cache:PATH`` of measured results, with an optional T1 ``space`` file)."""
+    """Where the tools work: a workspace, a history database and an objective (``builtin``, ``command``,
+    ``cache:PATH`` of measured results with an optional T1 ``space`` file, or ``command:PROGRAM [ARGS]``, a
+    program of the workspace that measures the configurations of the T1 ``space`` file it needs)."""
 
     workspace: Workspace
     history_url: str
@@ -89,18 +92,21 @@ class Context:
     def create(cls, workspace: str | Path = ".", history: str | None = None, objective: str = "builtin",
                space: str | None = None, tool: str | None = None, **kw: Any) -> Context:
         """The context of one call of ``tool`` (its declared :data:`WRITES` only; ``None``: a library user's, every write)."""
-        if objective not in ("builtin", "command") and not (objective.startswith("cache:") and len(objective) > 6):
-            raise ServiceError(f"objective {quoted(objective)} is not allowed (allowed: builtin, command, cache:PATH)")
-        if space is not None and not objective.startswith("cache:"):
-            raise ServiceError("--space applies to a cache objective only (the tensor plan's space is built in)")
+        measured = objective.startswith(("cache:", "command:"))
+        if objective not in ("builtin", "command") and not (measured and objective.partition(":")[2].strip()):
+            raise ServiceError(f"objective {quoted(objective)} is not allowed (allowed: builtin, command, cache:PATH, command:PROGRAM)")
+        if space is not None and not measured:
+            raise ServiceError("--space applies to a cache:PATH or command:PROGRAM objective only (the tensor plan's space is built in)")
+        if space is None and objective.startswith("command:"):
+            raise ServiceError(f"objective {quoted(objective)} needs --space: a T1 file of the knobs the program takes")
         writes = WRITES[tool] if tool is not None else frozenset({"history", *WRITE_KINDS})
         ws = Workspace.at(workspace, writes & frozenset(WRITE_KINDS))   # history and objective: the operator's choice, not arguments
         if history is not None:
             _check_history_folder(history)
         ctx = cls(ws, resolve_url(history if history is not None else ws.root / "studies" / "history.db"), objective,
                   space_path=space, writes_history="history" in writes, **kw)
-        if objective.startswith("cache:"):
-            _ = ctx.objective                 # read (and check) the cache before any work
+        if measured:
+            _ = ctx.objective                 # read (and check) the cache, the program and the space before any work
         return ctx
 
     @cached_property
@@ -111,6 +117,9 @@ class Context:
     def objective(self) -> Objective:
         if self.objective_kind.startswith("cache:"):
             return CacheObjective(self.objective_kind.removeprefix("cache:"), self.space_path)
+        if self.objective_kind.startswith("command:"):
+            return ProgramObjective(self.workspace.root, _program(self.workspace, self.objective_kind.removeprefix("command:")),
+                                    load_space(self.space_path), timeout_s=self.timeout_s, repeats=self.objective_repeats)
         if self.objective_kind == "builtin":
             return BuiltinObjective()
         return CommandObjective(self.workspace.root, timeout_s=self.timeout_s, repeats=self.objective_repeats)
@@ -134,6 +143,28 @@ class Context:
 def _log(ctx: Context, line: str) -> None:
     if ctx.log is not None:
         ctx.log(line)
+
+
+def _program(ws: Workspace, command: str) -> list[str]:
+    """``command`` as arguments (split as a POSIX shell would, but no shell runs it), the first a program inside the
+    workspace (a path from the working folder, as every path the operator gives; it runs in a private copy of the
+    workspace): a ``.py`` file (run with this Python) or an executable file. The program becomes workspace-relative."""
+    try:
+        argv = shlex.split(command)
+    except ValueError as exc:
+        raise ServiceError(f"command {quoted(command)} cannot be split into arguments: {exc}") from None
+    if not argv:
+        raise ServiceError("command:PROGRAM names no program")
+    try:
+        path = ws.path(os.path.abspath(argv[0]))
+    except WorkspaceError:
+        raise ServiceError(f"program {quoted(argv[0])} is not inside the workspace {quoted(str(ws.root))}, "
+                           "whose private copy it runs in") from None
+    if not path.is_file():
+        raise ServiceError(f"program {quoted(argv[0])} is not a file of the workspace")
+    if not path.name.endswith(".py") and not os.access(path, os.X_OK):
+        raise ServiceError(f"program {quoted(argv[0])} is not executable (chmod +x it, or give a .py file, which runs with this Python)")
+    return [path.relative_to(ws.root).as_posix(), *argv[1:]]
 
 
 def _check_history_folder(history: str) -> None:

@@ -5,10 +5,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import misbehaviours, running
 
 from tuner.objectives import ObjectiveError
 from tuner.objectives.builtin import BuiltinObjective
@@ -42,14 +42,7 @@ MISBEHAVING = """import json, os, subprocess, sys, time
 plan = json.load(open("kernel_plan.json"))
 with open(os.path.join({log!r}, "runs"), "a") as log:
     log.write(str(plan["block_m"]) + "\\n")
-if plan["block_m"] == 16:                                    # hangs, with a child of its own
-    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
-    open(os.path.join({log!r}, "child"), "w").write(str(child.pid))
-    time.sleep(600)
-if plan["block_m"] == 32:
-    print("boom", file=sys.stderr)
-    sys.exit(3)
-if plan["block_m"] == 48:
+{misbehaviours}if plan["block_m"] == 48:
     print("garbage, not JSON")
     sys.exit(0)
 from tuner.task.cli import benchmark_main
@@ -58,15 +51,7 @@ sys.exit(benchmark_main(sys.argv[1:]))
 
 
 def _misbehaving(workspace, log):
-    (workspace / "benchmark.py").write_text(MISBEHAVING.format(log=str(log)))
-
-
-def _running(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except FileNotFoundError:
-        return False
-    return state not in ("Z", "X")                          # a zombie waits for its reaper; it runs nothing
+    (workspace / "benchmark.py").write_text(MISBEHAVING.format(log=str(log), misbehaviours=misbehaviours(log, 'plan["block_m"]', 16, 32)))
 
 
 def test_a_misbehaving_benchmark_is_a_failed_evaluation_and_leaves_no_process(workspace, tmp_path, attempt1):
@@ -82,7 +67,7 @@ def test_a_misbehaving_benchmark_is_a_failed_evaluation_and_leaves_no_process(wo
     assert np.isinf(result.cycles[:3]).all() and np.isfinite(result.cycles[3]) and not result.correct[:3].any()
     assert "took over 2 s and was killed" in result.reasons[0]
     assert "exited 3: boom" in result.reasons[1] and "printed no JSON" in result.reasons[2] and result.reasons[3] is None
-    assert not _running(int((tmp_path / "child").read_text()))       # killed with its process group
+    assert not running(int((tmp_path / "child").read_text()))       # killed with its process group
 
 
 LYING = """import json

@@ -9,6 +9,9 @@ import numpy as np
 
 from tuner.space import Space
 
+TIME = "time"                                               # the one mode of a measured problem (ms, lower is better)
+RULED_OUT = "ruled out by the space's restrictions"
+
 
 @dataclass
 class Evaluations:

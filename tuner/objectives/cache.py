@@ -20,10 +20,10 @@ from typing import Any
 
 import numpy as np
 
-from tuner.objectives.base import Evaluations
+from tuner.objectives.base import RULED_OUT, TIME, Evaluations
 from tuner.space import Config, Space, SpaceError, load_space, read_json, space_from_tune_params
 
-MODE = "time"
+MODE = TIME
 ERROR_MARKERS = ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "ErrorConfig")
 NOT_MEASURED = "not measured"
 NO_TIME = "no time measurement"                 # a record that holds neither a time nor an error marker
@@ -140,7 +140,7 @@ class CacheObjective:
         if key in self._time:
             return None
         if not self.space.allowed(np.asarray(row)[None])[0]:
-            return "ruled out by the space's restrictions"
+            return RULED_OUT
         return self._reason.get(key, NOT_MEASURED)
 
     def evaluate(self, idx: np.ndarray, mode: str = MODE) -> Evaluations:

@@ -1,14 +1,17 @@
-"""The command objective: a workspace's own ``benchmark.py``, run in an isolated temporary copy.
+"""The command objectives: a benchmark program of a workspace, run in an isolated temporary copy of it.
 
-The candidate is written as the copy's ``kernel_plan.json``; the workspace's own plan is never
-touched. The arguments are a fixed list (no shell), so no plan value reaches a shell.
+``command`` (:class:`CommandObjective`) is the tensor plan's own ``benchmark.py``: the candidate is
+written as the copy's ``kernel_plan.json``, so the workspace's own plan is never touched.
+``command:PROGRAM`` (:class:`ProgramObjective`) is any program of the workspace over any space (a
+T1 file): it reads one configuration as JSON on stdin and prints the time it measured. Either way
+the arguments are a fixed list (no shell), so no configuration value reaches a shell.
 
 Real benchmarks misbehave. Each run is its own process group: one that outlives ``timeout_s`` is
 killed with the whole group, and the group is killed after every run too, so nothing it started is
-left behind. In a search, a run that hangs, crashes or prints no JSON makes that plan a failed
-evaluation whose reason (with the stderr tail) is kept in the trial, and the search goes on; a single
-report (``run_objective``...) raises :class:`ObjectiveError` with the same reason. With ``repeats`` > 1 every
-plan is run that many times and valued by the median; the samples go into the trial (noisy timings).
+left behind. In a search, a run that hangs, crashes or prints no result makes that configuration a
+failed evaluation whose reason (with the stderr tail) is kept in the trial, and the search goes on.
+With ``repeats`` > 1 every configuration is run that many times and valued by the median; the
+samples go into the trial (noisy timings).
 """
 
 from __future__ import annotations
@@ -28,8 +31,9 @@ from typing import Any
 
 import numpy as np
 
-from tuner.objectives.base import Evaluations, ObjectiveError
+from tuner.objectives.base import RULED_OUT, TIME, Evaluations, ObjectiveError
 from tuner.plan import SPACE, decode, plan_json
+from tuner.space import Config, Space
 from tuner.task.suites import MODES
 
 _IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.db", "*.db-*", "studies", ".pytest_cache")
@@ -40,20 +44,18 @@ def _kill_group(pid: int) -> None:
         os.killpg(pid, signal.SIGKILL)
 
 
-class CommandObjective:
-    """Scores plans by running ``python benchmark.py --json --mode M`` of ``workspace``."""
+class _Benchmark:
+    """What the command objectives share: a private copy of the workspace, each run its own process group (killed past
+    ``timeout_s`` and after the run), and ``repeats`` runs per configuration valued by their median. A subclass
+    says how one run scores a configuration (:meth:`_once`)."""
 
-    space = SPACE
-    modes = MODES
+    space: Space
+    modes: tuple[str, ...]
 
-    def __init__(self, workspace: str | Path, python: str = sys.executable, timeout_s: float = 120.0, repeats: int = 1) -> None:
+    def __init__(self, workspace: str | Path, timeout_s: float, repeats: int) -> None:
         self._copy: Path | None = None
         self.workspace = Path(workspace).resolve()
-        script = self.workspace / "benchmark.py"
-        if not script.is_file():
-            raise ObjectiveError(f"no benchmark.py in workspace {str(self.workspace)!r}")
-        self.python, self.timeout_s, self.repeats = python, timeout_s, repeats
-        self.name = "command:" + hashlib.sha256(script.read_bytes()).hexdigest()[:12] + (f":median{repeats}" if repeats > 1 else "")
+        self.timeout_s, self.repeats = timeout_s, repeats
 
     def _sandbox(self) -> Path:
         if self._copy is None:
@@ -68,62 +70,153 @@ class CommandObjective:
             shutil.rmtree(self._copy.parent, ignore_errors=True)
             self._copy = None
 
+    def _execute(self, argv: list[str], what: str, stdin: str | None = None) -> tuple[str, str]:
+        """The standard output and error of one run of ``argv`` in the private copy; :class:`ObjectiveError` saying why when
+        it cannot start, outlives the timeout (it is killed with everything it started) or exits non-zero."""
+        try:
+            process = subprocess.Popen(argv, cwd=self._sandbox(), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
+        except OSError as exc:
+            raise ObjectiveError(f"{what} cannot be started: {exc.strerror or exc}") from None
+        try:
+            stdout, stderr = process.communicate(stdin, timeout=self.timeout_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(process.pid)
+            process.communicate()
+            raise ObjectiveError(f"{what} took over {self.timeout_s:g} s and was killed") from None
+        finally:
+            _kill_group(process.pid)                  # whatever it left running goes with it
+        if process.returncode != 0:
+            raise ObjectiveError(f"{what} exited {process.returncode}: {stderr.strip()[-500:]}")
+        return stdout, stderr
+
+    def _once(self, row: np.ndarray, mode: str) -> tuple[float, bool, float]:
+        """One run's value (lower is better), whether it is correct and its numeric error (NaN: unknown);
+        :class:`ObjectiveError` with the reason when the configuration has no value."""
+        raise NotImplementedError
+
     def feasible(self, idx: np.ndarray) -> np.ndarray:
-        return np.ones(len(idx), dtype=bool)
+        return self.space.allowed(idx)
 
     def cycles(self, idx: np.ndarray, mode: str) -> np.ndarray:
         return self.evaluate(idx, mode).cycles
 
-    def _run(self, plan_text: str, mode: str) -> dict[str, Any]:
-        copy = self._sandbox()
-        (copy / "kernel_plan.json").write_text(plan_text, encoding="utf-8")
-        process = subprocess.Popen([self.python, "benchmark.py", "--json", "--mode", mode], cwd=copy, stdout=subprocess.PIPE,
-                                   stderr=subprocess.PIPE, text=True, start_new_session=True)
-        try:
-            stdout, stderr = process.communicate(timeout=self.timeout_s)
-        except subprocess.TimeoutExpired:
-            _kill_group(process.pid)
-            process.communicate()
-            raise ObjectiveError(f"benchmark.py --mode {mode} took over {self.timeout_s:g} s and was killed") from None
-        finally:
-            _kill_group(process.pid)                  # whatever it left running goes with it
-        if process.returncode != 0:
-            raise ObjectiveError(f"benchmark.py --mode {mode} exited {process.returncode}: {stderr.strip()[-500:]}")
-        try:
-            report = json.loads(stdout)
-        except json.JSONDecodeError:
-            report = None
-        if not isinstance(report, dict):
-            raise ObjectiveError(f"benchmark.py --mode {mode} printed no JSON object: {stdout[:200]!r}; stderr: {stderr.strip()[-300:]}")
-        return report
-
-    def report(self, plan: dict[str, Any], mode: str) -> dict[str, Any]:
-        return self._run(plan_json(plan), mode)
-
     def evaluate(self, idx: np.ndarray, mode: str) -> Evaluations:
         """``repeats`` runs per configuration, valued by their median (every sample kept); a run that fails
-        (hangs, crashes, prints no JSON) makes a failed evaluation with its reason, and the batch goes on."""
+        (hangs, crashes, prints no result) makes a failed evaluation with its reason, and the batch goes on."""
         n = len(idx)
         cycles, correct, max_abs = np.full(n, np.inf), np.zeros(n, dtype=bool), np.full(n, np.nan)
         reasons: list[str | None] = [None] * n
         samples: list[list[float]] = [[] for _ in range(n)]
+        allowed = self.feasible(np.asarray(idx))
         for i, row in enumerate(np.asarray(idx)):
-            reports = []
+            if not allowed[i]:
+                reasons[i] = RULED_OUT
+                continue
+            runs = []
             try:
                 for _ in range(self.repeats):
-                    reports.append(self._run(plan_json(decode(row)), mode))
-                    samples[i].append(_best_cycles(reports[-1]))
+                    runs.append(self._once(row, mode))
             except ObjectiveError as exc:
-                reasons[i], samples[i] = str(exc), []
+                reasons[i] = str(exc)
                 continue
+            samples[i] = [value for value, _, _ in runs]
             cycles[i] = float(np.median(samples[i]))
-            correct[i] = all(r.get("correct") is True for r in reports)
-            max_abs[i] = max(_number(r.get("max_abs")) for r in reports)
+            correct[i] = all(ok for _, ok, _ in runs)
+            errors = [error for _, _, error in runs if not math.isnan(error)]
+            max_abs[i] = max(errors) if errors else math.nan
         return Evaluations(cycles=cycles, correct=correct, max_abs=max_abs, reasons=reasons,
                            samples=samples if self.repeats > 1 else [])
 
     def __del__(self) -> None:
         self.close()
+
+
+class CommandObjective(_Benchmark):
+    """Scores plans by running ``python benchmark.py --json --mode M`` of ``workspace``."""
+
+    space = SPACE
+    modes = MODES
+
+    def __init__(self, workspace: str | Path, python: str = sys.executable, timeout_s: float = 120.0, repeats: int = 1) -> None:
+        super().__init__(workspace, timeout_s, repeats)
+        script = self.workspace / "benchmark.py"
+        if not script.is_file():
+            raise ObjectiveError(f"no benchmark.py in workspace {str(self.workspace)!r}")
+        self.python = python
+        self.name = "command:" + hashlib.sha256(script.read_bytes()).hexdigest()[:12] + (f":median{repeats}" if repeats > 1 else "")
+
+    def feasible(self, idx: np.ndarray) -> np.ndarray:
+        return np.ones(len(idx), dtype=bool)          # the benchmark itself says which plans cannot run
+
+    def _run(self, plan_text: str, mode: str) -> dict[str, Any]:
+        (self._sandbox() / "kernel_plan.json").write_text(plan_text, encoding="utf-8")
+        what = f"benchmark.py --mode {mode}"
+        stdout, stderr = self._execute([self.python, "benchmark.py", "--json", "--mode", mode], what)
+        try:
+            report = json.loads(stdout)
+        except json.JSONDecodeError:
+            report = None
+        if not isinstance(report, dict):
+            raise ObjectiveError(f"{what} printed no JSON object: {stdout[:200]!r}; stderr: {stderr.strip()[-300:]}")
+        return report
+
+    def report(self, plan: dict[str, Any], mode: str) -> dict[str, Any]:
+        return self._run(plan_json(plan), mode)
+
+    def _once(self, row: np.ndarray, mode: str) -> tuple[float, bool, float]:
+        report = self._run(plan_json(decode(row)), mode)
+        return _best_cycles(report), report.get("correct") is True, _number(report.get("max_abs"))
+
+
+class ProgramObjective(_Benchmark):
+    """Scores configurations of ``space`` by running ``argv`` (a program of the workspace and its arguments; a
+    ``.py`` file runs with this Python) once per configuration, in a private copy of the workspace.
+
+    The program reads the configuration as a JSON object (knob name to value) on stdin. The last line it
+    prints is the result: the measured time (ms, lower is better) as a JSON number or ``{"time": T}``, or
+    ``{"error": "why"}`` for a configuration that cannot run. Exiting non-zero, outliving the timeout or
+    printing no positive time makes a failed evaluation with that reason. The one mode is ``time``.
+    """
+
+    modes = (TIME,)
+
+    def __init__(self, workspace: str | Path, argv: list[str], space: Space, timeout_s: float = 120.0, repeats: int = 1) -> None:
+        super().__init__(workspace, timeout_s, repeats)
+        program = self.workspace / argv[0]
+        if not program.is_file():
+            raise ObjectiveError(f"no program {argv[0]!r} in workspace {str(self.workspace)!r}")
+        self.space, self.program = space, argv[0]
+        self._argv = [sys.executable, *argv] if argv[0].endswith(".py") else [os.path.join(".", *Path(argv[0]).parts), *argv[1:]]
+        scorer = hashlib.sha256(program.read_bytes() + "\0".join(["", *argv[1:], space.fingerprint]).encode())
+        self.name = "command:" + scorer.hexdigest()[:12] + (f":median{repeats}" if repeats > 1 else "")
+
+    def _once(self, row: np.ndarray, mode: str) -> tuple[float, bool, float]:
+        stdout, stderr = self._execute(self._argv, self.program, json.dumps(self.space.decode(row)))
+        lines = stdout.strip().splitlines()
+        try:
+            result = json.loads(lines[-1]) if lines else None
+        except json.JSONDecodeError:
+            result = None
+        if isinstance(result, dict) and "error" in result:
+            raise ObjectiveError(str(result["error"])[:500] or "error")
+        value = _number(result.get("time") if isinstance(result, dict) else result)
+        if not math.isfinite(value) or value <= 0:
+            last = lines[-1][:100] if lines else ""
+            raise ObjectiveError(f"{self.program} printed {last!r} as its last line, not a time (a positive number or "
+                                 f"{{\"time\": T}}); stderr: {stderr.strip()[-300:]}")
+        return value, True, math.nan
+
+    def report(self, plan: Config, mode: str = TIME) -> dict[str, Any]:
+        result = self.evaluate(self.space.encode(plan)[None], mode)
+        feasible = bool(result.feasible[0])
+        out: dict[str, Any] = {"mode": TIME, "program": self.program, "configuration": plan, "feasible": feasible,
+                               "time_ms": float(result.cycles[0]) if feasible else None, "correct": feasible}
+        if not feasible:
+            out["reason"] = result.reasons[0]
+        if result.samples:
+            out["samples"] = result.samples[0]
+        return out
 
 
 def _number(value: Any) -> float:

@@ -1,0 +1,143 @@
+"""``command:PROGRAM``: a program of the workspace measures the configurations of a T1 space (real subprocesses)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from itertools import product
+from pathlib import Path
+
+import numpy as np
+import pytest
+from conftest import misbehaviours, running
+
+from tuner.objectives.command import ProgramObjective
+from tuner.space import space_from_t1
+
+KNOBS = {"bx": [32, 64, 96, 128, 160], "tile": [1, 2, 4, 8], "layout": ["row", "col"]}
+T1 = {"ConfigurationSpace": {"TuningParameters": [{"Name": k, "Values": v} for k, v in KNOBS.items()],
+                             "Conditions": [{"Expression": "bx * tile <= 640"}]}}
+BENCH = """import json, sys
+c = json.load(sys.stdin)
+print("compiling", c)                                          # log lines come before the result
+if c["bx"] * c["tile"] > 400:
+    print(json.dumps({"error": "too many registers"}))
+else:
+    print(json.dumps({"time": abs(c["bx"] - 96) / 32 + abs(c["tile"] - 4) + 1.0 + (0.5 if c["layout"] == "row" else 0)}))
+"""
+
+
+def _time(c: dict) -> float:
+    return abs(c["bx"] - 96) / 32 + abs(c["tile"] - 4) + 1.0 + (0.5 if c["layout"] == "row" else 0)
+
+
+@pytest.fixture()
+def kernel(tmp_path: Path) -> Path:
+    """A workspace holding a kernel's space and the program that measures it."""
+    ws = tmp_path / "kernel"
+    ws.mkdir()
+    (ws / "space.t1.json").write_text(json.dumps(T1))
+    (ws / "bench.py").write_text(BENCH)
+    return ws
+
+
+def _tuner(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "tuner", *args], cwd=cwd, capture_output=True, text=True, timeout=600)
+
+
+def test_a_program_measures_every_configuration_and_the_searches_find_its_best(kernel):
+    allowed = [dict(zip(KNOBS, v, strict=True)) for v in product(*KNOBS.values()) if v[0] * v[1] <= 640]
+    runs = [c for c in allowed if c["bx"] * c["tile"] <= 400]
+    best = min(runs, key=_time)
+    common = ("--objective", "command:bench.py", "--space", "space.t1.json", "--json")
+    out = _tuner(kernel, *common, "bounded_exhaustive_search", "--profile", "all")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["stopped"] == "exhausted" and result["best"]["plan"] == best and result["best"]["time"] == _time(best)
+    out = _tuner(kernel.parent, "--workspace", "kernel", "--objective", "command:kernel/bench.py", "--space", "kernel/space.t1.json",
+                 "--json", "search_plans", "--strategy", "quick", "--seed", "1", "--max-evals", "25")
+    assert out.returncode == 0, out.stderr
+    top = json.loads(out.stdout)["top"]
+    assert [row["time"] for row in top] == [_time(row["plan"]) for row in top]        # each value is what the program printed
+    assert top[0]["time"] == min(row["time"] for row in top)
+    failed = kernel / "failed.json"
+    failed.write_text(json.dumps({"bx": 160, "tile": 4, "layout": "col"}))
+    out = _tuner(kernel, *common, "run_objective", "--plan", "failed.json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["feasible"] is False and report["reason"] == "too many registers" and report["program"] == "bench.py"
+    assert sorted(p.name for p in kernel.iterdir()) == ["bench.py", "failed.json", "space.t1.json", "studies"]
+
+
+MISBEHAVING = """import json, os, subprocess, sys, time
+c = json.load(sys.stdin)
+open("ran-here", "w").write("the private copy")             # the program's own files stay in the copy
+{misbehaviours}print({{96: "garbage, not JSON", 128: json.dumps({{"time": -5}}), 160: "true", 192: json.dumps({{"time": "fast"}}),
+        224: "", 256: "2.5"}}[c["bx"]])
+"""
+
+
+def test_a_misbehaving_program_is_a_failed_evaluation_and_leaves_no_process(kernel, tmp_path):
+    (kernel / "bench.py").write_text(MISBEHAVING.format(misbehaviours=misbehaviours(tmp_path, 'c["bx"]', 32, 64)))
+    t1 = {"ConfigurationSpace": {"TuningParameters": [{"Name": "bx", "Values": "[32 * i for i in range(1, 9)]"}]}}
+    objective = ProgramObjective(kernel, ["bench.py"], space_from_t1(t1), timeout_s=2)
+    try:
+        result = objective.evaluate(np.arange(8, dtype=np.int16)[:, None], "time")
+    finally:
+        objective.close()
+    assert np.isinf(result.cycles[:7]).all() and not result.correct[:7].any() and result.cycles[7] == 2.5 and result.correct[7]
+    assert result.reasons[0] == "bench.py took over 2 s and was killed" and result.reasons[1] == "bench.py exited 3: boom"
+    assert all(r.startswith("bench.py printed ") and "not a time" in r for r in result.reasons[2:7]) and result.reasons[7] is None
+    assert "'garbage, not JSON'" in result.reasons[2] and "'true'" in result.reasons[4]
+    assert not running(int((tmp_path / "child").read_text()))       # killed with its process group
+    assert not (kernel / "ran-here").exists()
+
+
+def test_a_noisy_program_is_valued_by_the_median_of_its_runs(kernel):
+    (kernel / "bench.py").write_text("import json, os, sys\nc = json.load(sys.stdin)\n"
+                                     "n = int(open('count').read()) + 1 if os.path.exists('count') else 1\n"
+                                     "open('count', 'w').write(str(n))\nprint(c['bx'] + [0, 9, 1][n % 3])\n")
+    space = space_from_t1(T1)
+    objective = ProgramObjective(kernel, ["bench.py"], space, repeats=3)
+    try:
+        result = objective.evaluate(space.encode({"bx": 64, "tile": 2, "layout": "col"})[None], "time")
+    finally:
+        objective.close()
+    assert result.samples == [[73.0, 65.0, 64.0]] and result.cycles[0] == 65.0
+
+
+def test_an_executable_program_gets_its_arguments_and_no_shell(kernel):
+    script = kernel / "tools" / "bench.sh"
+    script.parent.mkdir()
+    script.write_text('#!/bin/sh\ncat > /dev/null\necho "{\\"time\\": $#}"\n')      # the time is its number of arguments
+    script.chmod(0o755)
+    out = _tuner(kernel, "--objective", "command:tools/bench.sh --n '4096 4096' ';' '$(touch pwned)'", "--space", "space.t1.json",
+                 "--json", "run_objective")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["time_ms"] == 4 and not list(kernel.rglob("pwned"))
+
+
+@pytest.mark.parametrize(("objective", "space", "message"), [
+    ("command:bench.py", None, "needs --space: a T1 file of the knobs the program takes"),
+    ("command:nope.py", "space.t1.json", "program 'nope.py' is not a file of the workspace"),
+    ("command:space.t1.json", "space.t1.json", "program 'space.t1.json' is not executable"),
+    ("command:../bench.py", "space.t1.json", "program '../bench.py' is not inside the workspace"),
+    ("command:bench.py 'open", "space.t1.json", "cannot be split into arguments: No closing quotation"),
+    ("command:", "space.t1.json", "objective 'command:' is not allowed"),
+    ("command:bench.py", "bench.py", "space file 'bench.py' is not valid JSON"),
+])
+def test_a_bad_program_objective_exits_2_with_one_line_and_writes_nothing(kernel, objective, space, message):
+    (kernel.parent / "bench.py").write_text(BENCH)
+    out = _tuner(kernel, "--objective", objective, *(("--space", space) if space else ()), "search_plans", "--max-evals", "5")
+    assert out.returncode == 2 and message in out.stderr and out.stderr.count("\n") == 1 and "Traceback" not in out.stderr
+    assert sorted(p.name for p in kernel.iterdir()) == ["bench.py", "space.t1.json"]
+
+
+def test_the_program_objective_names_its_scorer(kernel):
+    space = space_from_t1(T1)
+    names = {ProgramObjective(kernel, ["bench.py"], space).name, ProgramObjective(kernel, ["bench.py", "--n", "1"], space).name,
+             ProgramObjective(kernel, ["bench.py"], space, repeats=3).name}
+    (kernel / "bench.py").write_text(BENCH + "\n# changed\n")
+    names.add(ProgramObjective(kernel, ["bench.py"], space).name)
+    assert len(names) == 4 and all(n.startswith("command:") for n in names)
