@@ -191,7 +191,8 @@ def parser() -> argparse.ArgumentParser:
                           "the configuration as JSON on stdin and prints its time in ms, or {\"error\": ...}, as its last line)")
     top.add_argument("--space", default=None, metavar="T1.json",
                      help="with cache:PATH (optional): a T1 tuning-problem file naming the same knobs (adds restrictions, defaults "
-                          "and Coupled groups); with command:PROGRAM (required): the space the program measures")
+                          "and Coupled groups); with command:PROGRAM (required): the space the program measures, a T1 file "
+                          "or a Kernel Tuner cache (its tune_params)")
     top.add_argument("--timeout-s", type=_seconds, default=120.0, metavar="SECONDS",
                      help="with a command objective: seconds one benchmark run may take; a run past it is killed with "
                           "everything it started and counts as a failed evaluation (default 120)")

@@ -434,9 +434,20 @@ def read_json(path: str | Path, what: str, completed: Callable[[str], str] | Non
         raise SpaceError(f"{what} {path.name!r} is not valid JSON: {getattr(exc, 'msg', exc)}") from None
 
 
+def space_from_cache(data: dict[str, Any], source: str) -> Space:
+    """The space of a Kernel Tuner cache object: its ``tune_params`` (a cache records no restrictions)."""
+    if "tune_params" not in data:
+        raise SpaceError(f"{source}: a Kernel Tuner cache needs tune_params")
+    return space_from_tune_params(data["tune_params"], data.get("tune_params_keys"), str(data.get("kernel_name") or Path(source).stem),
+                                  source)
+
+
 def load_space(path: str | Path) -> Space:
-    """The space of a T1 file."""
-    return space_from_t1(read_json(path, "space file"), Path(path).name)
+    """The space of a T1 file, or of a Kernel Tuner cache file (``.json`` or ``.json.gz``; its ``tune_params``)."""
+    data, source = read_json(path, "space file"), Path(path).name
+    if isinstance(data, dict) and "ConfigurationSpace" not in data and "tune_params" in data:
+        return space_from_cache(data, source)
+    return space_from_t1(data, source)
 
 
 # --- profiles ---------------------------------------------------------------------------------

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import misbehaviours, running
+from conftest import misbehaviours, running, toy_cache
 
 from tuner.objectives.command import ProgramObjective
 from tuner.space import space_from_t1
@@ -116,6 +116,16 @@ def test_an_executable_program_gets_its_arguments_and_no_shell(kernel):
                  "--json", "run_objective")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["time_ms"] == 4 and not list(kernel.rglob("pwned"))
+
+
+def test_a_kernel_tuner_cache_gives_the_program_its_space(kernel):
+    toy_cache(kernel, {(32, 1): 1.0}, name="earlier.json.gz")       # tune_params: bx 32, 64, 128; tile 1, 2
+    (kernel / "bench.py").write_text("import json, sys\nc = json.load(sys.stdin)\nprint(c['bx'] / c['tile'])\n")
+    out = _tuner(kernel, "--objective", "command:bench.py", "--space", "earlier.json.gz", "--json", "bounded_exhaustive_search",
+                 "--profile", "all")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["profile_size"] == 6 and result["best"]["plan"] == {"bx": 32, "tile": 2} and result["best"]["time"] == 16
 
 
 @pytest.mark.parametrize(("objective", "space", "message"), [

@@ -21,7 +21,7 @@ from typing import Any
 import numpy as np
 
 from tuner.objectives.base import RULED_OUT, TIME, Evaluations
-from tuner.space import Config, Space, SpaceError, load_space, read_json, space_from_tune_params
+from tuner.space import Config, Space, SpaceError, load_space, read_json, space_from_cache, space_from_tune_params
 
 MODE = TIME
 ERROR_MARKERS = ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "ErrorConfig")
@@ -32,10 +32,7 @@ MAX_NAMED = 20                                  # knob names quoted in an error,
 
 
 def _kernel_tuner(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[dict[str, Any], Any]]]:
-    if "tune_params" not in data:
-        raise SpaceError(f"{source}: a Kernel Tuner cache needs tune_params")
-    space = space_from_tune_params(data["tune_params"], data.get("tune_params_keys"), str(data.get("kernel_name") or Path(source).stem),
-                                   source)
+    space = space_from_cache(data, source)
     records = data.get("cache")
     if not isinstance(records, dict):
         raise SpaceError(f"{source}: cache must be an object of records")
