@@ -94,6 +94,32 @@ def test_a_misbehaving_program_is_a_failed_evaluation_and_leaves_no_process(kern
     assert not (kernel / "ran-here").exists()
 
 
+ENDLESS = """import sys
+line = b"x" * 1023 + b"\\n"
+for _ in range(300 * 1024):                                   # 300 MiB of log lines, then the time
+    sys.stdout.buffer.write(line)
+print(2.5)
+"""
+PROBE = """import json, resource
+from tuner.objectives.command import ProgramObjective
+from tuner.space import space_from_t1
+objective = ProgramObjective({ws!r}, ["bench.py"], space_from_t1({t1!r}))
+before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+result = objective.evaluate(objective.space.encode({config!r})[None], "time")
+print(json.dumps([float(result.cycles[0]), resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before]))
+objective.close()
+"""
+
+
+def test_a_program_that_prints_without_end_cannot_fill_the_tuners_memory(kernel):
+    (kernel / "bench.py").write_text(ENDLESS)
+    probe = PROBE.format(ws=str(kernel), t1=T1, config={"bx": 64, "tile": 2, "layout": "col"})
+    out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    value, grown_kib = json.loads(out.stdout)
+    assert value == 2.5 and grown_kib < 64 * 1024                # the tuner kept the output's last MiB, not its 300
+
+
 def test_a_noisy_program_is_valued_by_the_median_of_its_runs(kernel):
     (kernel / "bench.py").write_text("import json, os, sys\nc = json.load(sys.stdin)\n"
                                      "n = int(open('count').read()) + 1 if os.path.exists('count') else 1\n"

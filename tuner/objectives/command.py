@@ -26,8 +26,10 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
+import time
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import numpy as np
 
@@ -36,7 +38,26 @@ from tuner.plan import SPACE, decode, plan_json
 from tuner.space import Config, Space
 from tuner.task.suites import MODES
 
+OUTPUT_KEPT = 1 << 20                   # bytes kept of a run's stdout and of its stderr (their ends): no run can fill memory
+CLOSE_GRACE_S = 5.0                     # seconds to wait for a run's pipes to close once its process group is killed
 _IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.db", "*.db-*", "studies", ".pytest_cache")
+
+
+def _keep_end(pipe: IO[bytes], kept: bytearray) -> None:
+    """Read ``pipe`` to its end, keeping its last ``OUTPUT_KEPT`` bytes in ``kept``, after a line that says how many
+    bytes came before them when more came."""
+    dropped = 0
+    with pipe:
+        for chunk in iter(lambda: pipe.read1(1 << 16), b""):
+            kept += chunk
+            if len(kept) > 2 * OUTPUT_KEPT:
+                dropped += len(kept) - OUTPUT_KEPT
+                del kept[:-OUTPUT_KEPT]
+    if len(kept) > OUTPUT_KEPT:
+        dropped += len(kept) - OUTPUT_KEPT
+        del kept[:-OUTPUT_KEPT]
+    if dropped:
+        kept[:0] = f"[{dropped} bytes of output dropped]\n".encode()
 
 
 def _kill_group(pid: int) -> None:
@@ -71,21 +92,37 @@ class _Benchmark:
             self._copy = None
 
     def _execute(self, argv: list[str], what: str, stdin: str | None = None) -> tuple[str, str]:
-        """The standard output and error of one run of ``argv`` in the private copy; :class:`ObjectiveError` saying why when
-        it cannot start, outlives the timeout (it is killed with everything it started) or exits non-zero."""
+        """The standard output and error of one run of ``argv`` in the private copy (each its last ``OUTPUT_KEPT``
+        bytes); :class:`ObjectiveError` saying why when it cannot start, outlives the timeout (it is killed with
+        everything it started) or exits non-zero."""
+        given = self._sandbox().parent / "stdin"          # a file, so that a run that never reads its input cannot block the tuner
+        given.write_text(stdin or "", encoding="utf-8")
+        with given.open("rb") as source:
+            try:
+                process = subprocess.Popen(argv, cwd=self._sandbox(), stdin=source, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                                           start_new_session=True)
+            except OSError as exc:
+                raise ObjectiveError(f"{what} cannot be started: {exc.strerror or exc}") from None
+        kept = (bytearray(), bytearray())
+        readers = [threading.Thread(target=_keep_end, args=(pipe, end), daemon=True)
+                   for pipe, end in zip((process.stdout, process.stderr), kept, strict=True)]
+        deadline = time.monotonic() + self.timeout_s
+        for reader in readers:
+            reader.start()
         try:
-            process = subprocess.Popen(argv, cwd=self._sandbox(), stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
-                                       stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=True)
-        except OSError as exc:
-            raise ObjectiveError(f"{what} cannot be started: {exc.strerror or exc}") from None
-        try:
-            stdout, stderr = process.communicate(stdin, timeout=self.timeout_s)
+            for reader in readers:                    # the pipes close when the run ends (waiting on them, not polling)
+                reader.join(max(0.0, deadline - time.monotonic()))
+            if any(reader.is_alive() for reader in readers):
+                raise subprocess.TimeoutExpired(argv, self.timeout_s)
+            process.wait(timeout=max(0.0, deadline - time.monotonic()))
         except subprocess.TimeoutExpired:
-            _kill_group(process.pid)
-            process.communicate()
             raise ObjectiveError(f"{what} took over {self.timeout_s:g} s and was killed") from None
         finally:
-            _kill_group(process.pid)                  # whatever it left running goes with it
+            _kill_group(process.pid)                  # whatever it started goes with it, and its pipes close
+            process.wait()
+            for reader in readers:
+                reader.join(CLOSE_GRACE_S)            # a process that left the group may hold a pipe open: what came is kept
+        stdout, stderr = (bytes(end).decode("utf-8", "replace") for end in kept)
         if process.returncode != 0:
             raise ObjectiveError(f"{what} exited {process.returncode}: {stderr.strip()[-500:]}")
         return stdout, stderr
