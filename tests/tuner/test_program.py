@@ -73,8 +73,10 @@ def test_a_program_measures_every_configuration_and_the_searches_find_its_best(k
 MISBEHAVING = """import json, os, subprocess, sys, time
 c = json.load(sys.stdin)
 open("ran-here", "w").write("the private copy")             # the program's own files stay in the copy
-{misbehaviours}print({{96: "garbage, not JSON", 128: json.dumps({{"time": -5}}), 160: "true", 192: json.dumps({{"time": "fast"}}),
-        224: "", 256: "2.5"}}[c["bx"]])
+{misbehaviours}if c["bx"] == 256:
+    sys.stdout.buffer.write(b"\\xff\\xfe a log line that is not UTF-8\\n2.5\\n")
+else:
+    print({{96: "garbage, not JSON", 128: json.dumps({{"time": -5}}), 160: "true", 192: json.dumps({{"time": "fast"}}), 224: ""}}[c["bx"]])
 """
 
 
