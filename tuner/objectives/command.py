@@ -124,7 +124,9 @@ class _Benchmark:
                 reader.join(CLOSE_GRACE_S)            # a process that left the group may hold a pipe open: what came is kept
         stdout, stderr = (bytes(end).decode("utf-8", "replace") for end in kept)
         if process.returncode != 0:
-            raise ObjectiveError(f"{what} exited {process.returncode}: {stderr.strip()[-500:]}")
+            ended = (f"was killed by {signal.Signals(-process.returncode).name}" if -process.returncode in signal.valid_signals()
+                     else f"exited {process.returncode}")
+            raise ObjectiveError(f"{what} {ended}: {stderr.strip()[-500:]}")
         return stdout, stderr
 
     def _once(self, row: np.ndarray, mode: str) -> tuple[float, bool, float]:
