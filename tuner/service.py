@@ -158,8 +158,8 @@ def _program(ws: Workspace, command: str) -> list[str]:
     try:
         path = ws.path(os.path.abspath(argv[0]))
     except WorkspaceError:
-        raise ServiceError(f"program {quoted(argv[0])} is not inside the workspace {quoted(str(ws.root))}, "
-                           "whose private copy it runs in") from None
+        raise ServiceError(f"program {quoted(argv[0])} ({quoted(os.path.abspath(argv[0]))}, from the working folder) is not inside "
+                           f"the workspace {quoted(str(ws.root))}, whose private copy it runs in") from None
     if not path.is_file():
         raise ServiceError(f"program {quoted(argv[0])} is not a file of the workspace")
     if not path.name.endswith(".py") and not os.access(path, os.X_OK):

@@ -165,7 +165,7 @@ def test_a_kernel_tuner_cache_gives_the_program_its_space(kernel):
     ("command:bench.py", None, "needs --space: a T1 file of the knobs the program takes"),
     ("command:nope.py", "space.t1.json", "program 'nope.py' is not a file of the workspace"),
     ("command:space.t1.json", "space.t1.json", "program 'space.t1.json' is not executable"),
-    ("command:../bench.py", "space.t1.json", "program '../bench.py' is not inside the workspace"),
+    ("command:../bench.py", "space.t1.json", "from the working folder) is not inside the workspace"),
     ("command:bench.py 'open", "space.t1.json", "cannot be split into arguments: No closing quotation"),
     ("command:", "space.t1.json", "objective 'command:' is not allowed"),
     ("command:bench.py", "bench.py", "space file 'bench.py' is not valid JSON"),
