@@ -178,9 +178,12 @@ COMMANDS: dict[str, Command] = {
 
 
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="tuner", description="Tune kernel_plan.json against benchmark.py (best_cycles: lower is better). "
-                                  "Exit status: 0 done, 1 refused or failed, 2 bad input, 130 interrupted.")
-    top.add_argument("--workspace", default=".", metavar="DIR", help="folder holding kernel_plan.json (default: .)")
+    top = argparse.ArgumentParser(prog="tuner", description=(
+        "Tune a kernel: the tensor plan (kernel_plan.json against benchmark.py, best_cycles), a measured cache (cache:PATH) "
+        "or your own kernel's program over a T1 space (command:PROGRAM); lower is better. "
+        "Exit status: 0 done, 1 refused or failed, 2 bad input, 130 interrupted."))
+    top.add_argument("--workspace", default=".", metavar="DIR",
+                     help="folder holding kernel_plan.json, or your kernel's program (default: .)")
     top.add_argument("--history", default=None, metavar="PATH|URL",
                      help="history file or SQLAlchemy URL (default: WORKSPACE/studies/history.db, created when missing; "
                           "another file's folder must exist)")
