@@ -184,3 +184,25 @@ def test_the_program_objective_names_its_scorer(kernel):
     (kernel / "bench.py").write_text(BENCH + "\n# changed\n")
     names.add(ProgramObjective(kernel, ["bench.py"], space).name)
     assert len(names) == 4 and all(n.startswith("command:") for n in names)
+
+
+SLOTTED = """import json, os, sys
+c = json.load(sys.stdin)
+with open(sys.argv[1], "a") as log:                             # outside the workspace: every worker's runs in one file
+    log.write(os.environ["GPU"] + " " + json.dumps(c, sort_keys=True) + "\\n")
+print(c["bx"] / c["tile"])
+"""
+
+
+def test_workers_run_the_program_each_with_its_own_environment_and_no_configuration_twice(kernel, tmp_path):
+    (kernel / "bench.py").write_text(SLOTTED)
+    log = tmp_path / "runs.log"
+    out = _tuner(kernel, "--objective", f"command:bench.py {log}", "--space", "space.t1.json", "--json", "search_plans",
+                 "--strategy", "quick", "--seed", "3", "--max-evals", "30", "--workers", "2", "--worker-env", "GPU=cuda:{slot}")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    runs = [line.split(" ", 1) for line in log.read_text().splitlines()]
+    assert result["workers"] == 2 and result["new_evaluations"] == len(runs) == 30
+    assert {gpu for gpu, _ in runs} <= {"cuda:0", "cuda:1"}
+    assert len({config for _, config in runs}) == 30                  # claimed in the history: none measured twice
+    assert result["best"]["time"] == min(json.loads(c)["bx"] / json.loads(c)["tile"] for _, c in runs)
