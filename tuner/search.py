@@ -241,6 +241,24 @@ class Search:
                              {**(attrs or {}), **extra} if extra else attrs, cached=False)
             self._bar.update(len(todo) * counted)
 
+    def measure(self, idx: np.ndarray) -> np.ndarray:
+        """Values of ``idx`` in the search's mode (``inf``: ruled out, infeasible or incorrect) for a sweep that claims
+        its own ranges: those the history holds come from its evaluation cache, the others are scored and go into
+        it (not into the study's members or trials: a sweep keeps each range's best), so no plan is measured twice."""
+        values = np.full(len(idx), np.inf)
+        allowed = np.flatnonzero(self.objective.feasible(idx))
+        hashes = [self.space.hash_idx(idx[i]) for i in allowed]
+        todo = [k for k, h in enumerate(hashes) if h not in self.cache]
+        if todo:
+            rows = idx[allowed[todo]]
+            for row in rows_of(self.objective.evaluate(rows, self.spec.mode), [hashes[k] for k in todo], rows):
+                self.cache[row.plan_hash] = row
+                self._rows.append(row)
+        for i, h in zip(allowed, hashes, strict=True):
+            row = self.cache[h]
+            values[i] = row.cycles if row.cycles is not None and row.correct else np.inf
+        return values
+
     def sync(self) -> None:
         """Learn what this study's evaluations are, in order, since the last look: earlier runs' and other workers'."""
         for seq, row, value in self.history.members(self.name, self.objective.name, self.spec.mode, self.synced):

@@ -206,3 +206,21 @@ def test_workers_run_the_program_each_with_its_own_environment_and_no_configurat
     assert {gpu for gpu, _ in runs} <= {"cuda:0", "cuda:1"}
     assert len({config for _, config in runs}) == 30                  # claimed in the history: none measured twice
     assert result["best"]["time"] == min(json.loads(c)["bx"] / json.loads(c)["tile"] for _, c in runs)
+
+
+def test_a_sweep_measures_each_configuration_once_and_keeps_every_measurement(kernel, tmp_path):
+    (kernel / "grid.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "a", "Values": "[i for i in range(10)]"}, {"Name": "b", "Values": "[i for i in range(10)]"}]}}))
+    (kernel / "bench.py").write_text("import json, sys\nc = json.load(sys.stdin)\n"
+                                     "open(sys.argv[1], 'a').write(json.dumps(c, sort_keys=True) + '\\n')\n"
+                                     "print(1 + abs(c['a'] - 3) + c['b'])\n")
+    log = tmp_path / "runs.log"
+    common = ("--objective", f"command:bench.py {log}", "--space", "grid.t1.json", "--json")
+    out = _tuner(kernel, *common, "bounded_exhaustive_search", "--profile", "all")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["best"]["plan"] == {"a": 3, "b": 0}
+    runs = log.read_text().splitlines()
+    assert len(runs) == len(set(runs)) == 100                 # the finalists came from what the sweep measured
+    out = _tuner(kernel, *common, "search_plans", "--strategy", "quick", "--max-evals", "20")
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["new_evaluations"] == 0 and len(log.read_text().splitlines()) == 100    # all 100 were kept

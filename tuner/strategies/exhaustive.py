@@ -4,7 +4,10 @@ Workers claim ranges of the profile (:mod:`tuner.claims`): a dead worker's range
 next one. A worker's first range is one plan; each next one is sized to take ``RANGE_S`` at the rate
 the last one was scored (at most ``GROWTH`` times larger, at most ``CHUNK``): a few plans for a
 benchmark that takes seconds per plan, large ranges for the vectorized model. Each
-range is scored with the objective's fast path and its best ``KEEP`` become its result. A killed
+range is scored with the objective's fast path and its best ``KEEP`` become its result; where scoring is dear
+(the last range ran below ``DEAR_BELOW`` plans a second: a real benchmark), every plan goes through the
+history's evaluation cache instead, so what was measured before is not measured again and what is
+measured now is kept for later searches. A killed
 sweep loses only the ranges it held, and the same command resumes where the history says. When
 every range is done, the best ``KEEP`` of all of them (ties by position in the profile) are the
 finalists: their correctness is checked and they become the study's trials; ``include_final``
@@ -25,12 +28,14 @@ RANGE_S = 1.0                       # what one range should take to score
 GROWTH = 64                         # how much larger each range may be than the worker's last
 KEEP = 64
 FINALISTS = 16
+DEAR_BELOW = 100.0                  # plans per second below which a range's every evaluation is kept in the history
 
 
-def _score(search: Search, start: int, stop: int) -> list[dict[str, object]]:
-    """The best ``KEEP`` plans of profile range ``[start, stop)``: index vector, value, position."""
+def _score(search: Search, start: int, stop: int, dear: bool) -> list[dict[str, object]]:
+    """The best ``KEEP`` plans of profile range ``[start, stop)``: index vector, value, position. A ``dear`` range
+    goes through the history's evaluation cache (:meth:`Search.measure`)."""
     idx = search.spec.profile.plans(start, stop)
-    cycles = search.objective.cycles(idx, search.spec.mode)
+    cycles = search.measure(idx) if dear else search.objective.cycles(idx, search.spec.mode)
     cycles[~search.space.allowed(idx)] = np.inf                 # restrictions; the objective knows the rest
     keep = [k for k in np.argsort(cycles, kind="stable")[:KEEP] if np.isfinite(cycles[k])]
     return [{"idx": [int(v) for v in idx[k]], "cycles": float(cycles[k]), "at": start + int(k)} for k in keep]
@@ -41,7 +46,7 @@ def run(search: Search) -> Outcome:
     if profile is None:
         raise ValueError("exhaustive needs a profile")
     total = min(profile.size, search.spec.max_evals)
-    size, pause, stopped = 1, 0.05, None
+    size, pause, rate, stopped = 1, 0.05, 0.0, None
     while (stopped := search.interrupted()) is None:
         claimed = search.worker.claim_range(total, size)
         if claimed is None:                                     # every range is done
@@ -52,7 +57,11 @@ def run(search: Search) -> Outcome:
             continue
         start, stop = claimed
         began = time.monotonic()
-        search.worker.complete_range(start, _score(search, start, stop))
+        dear = rate < DEAR_BELOW                                  # the first range (one plan) is treated as dear
+        kept = _score(search, start, stop, dear)
+        if dear:
+            search.flush()                                      # the measurements are written before the range is done
+        search.worker.complete_range(start, kept)
         search.scored += stop - start
         search.report(search.evaluations, total, f"{stop - start:,} plans from {start:,}")
         rate = (stop - start) / max(time.monotonic() - began, 1e-6)          # plans per second
