@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 from itertools import product
@@ -125,6 +127,27 @@ def test_a_program_that_prints_without_end_cannot_fill_the_tuners_memory(kernel)
     assert out.returncode == 0, out.stderr
     value, grown_kib = json.loads(out.stdout)
     assert value == 2.5 and grown_kib < 64 * 1024                # the tuner kept the output's last MiB, not its 300
+
+
+ESCAPING = """import subprocess, sys
+daemon = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"], start_new_session=True)   # keeps stdout open
+open({pid!r}, "w").write(str(daemon.pid))
+print(1.5)
+"""
+
+
+def test_a_run_that_leaves_a_daemon_holding_its_output_ends_when_the_program_ends(kernel, tmp_path):
+    (kernel / "bench.py").write_text(ESCAPING.format(pid=str(tmp_path / "daemon")))
+    space = space_from_t1(T1)
+    objective = ProgramObjective(kernel, ["bench.py"], space, timeout_s=300)
+    try:
+        result = objective.evaluate(space.encode({"bx": 64, "tile": 2, "layout": "col"})[None], "time")
+    finally:
+        objective.close()
+        daemon = int((tmp_path / "daemon").read_text())
+        alive = running(daemon)
+        os.kill(daemon, signal.SIGKILL)                                   # it left the process group: the test reaps it
+    assert result.cycles[0] == 1.5 and result.reasons == [None] and alive   # not a timeout: the program had ended
 
 
 def test_a_noisy_program_is_valued_by_the_median_of_its_runs(kernel):

@@ -39,7 +39,7 @@ from tuner.space import Config, Space
 from tuner.task.suites import MODES
 
 OUTPUT_KEPT = 1 << 20                   # bytes kept of a run's stdout and of its stderr (their ends): no run can fill memory
-CLOSE_GRACE_S = 5.0                     # seconds to wait for a run's pipes to close once its process group is killed
+CLOSE_GRACE_S = 1.0                     # seconds to wait for a run's pipes to close once it has ended and its group is killed
 _IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.db", "*.db-*", "studies", ".pytest_cache")
 
 
@@ -106,22 +106,19 @@ class _Benchmark:
         kept = (bytearray(), bytearray())
         readers = [threading.Thread(target=_keep_end, args=(pipe, end), daemon=True)
                    for pipe, end in zip((process.stdout, process.stderr), kept, strict=True)]
-        deadline = time.monotonic() + self.timeout_s
-        for reader in readers:
-            reader.start()
+        waiter = threading.Thread(target=process.wait, daemon=True)      # a blocking wait: no polling
+        for thread in (*readers, waiter):
+            thread.start()
         try:
-            for reader in readers:                    # the pipes close when the run ends (waiting on them, not polling)
-                reader.join(max(0.0, deadline - time.monotonic()))
-            if any(reader.is_alive() for reader in readers):
-                raise subprocess.TimeoutExpired(argv, self.timeout_s)
-            process.wait(timeout=max(0.0, deadline - time.monotonic()))
-        except subprocess.TimeoutExpired:
-            raise ObjectiveError(f"{what} took over {self.timeout_s:g} s and was killed") from None
+            waiter.join(self.timeout_s)
+            if waiter.is_alive():
+                raise ObjectiveError(f"{what} took over {self.timeout_s:g} s and was killed")
         finally:
             _kill_group(process.pid)                  # whatever it started goes with it, and its pipes close
             process.wait()
-            for reader in readers:
-                reader.join(CLOSE_GRACE_S)            # a process that left the group may hold a pipe open: what came is kept
+            closed = time.monotonic() + CLOSE_GRACE_S
+            for reader in readers:                    # a process that left the group may hold a pipe open: what came is kept
+                reader.join(max(0.0, closed - time.monotonic()))
         stdout, stderr = (bytes(end).decode("utf-8", "replace") for end in kept)
         if process.returncode != 0:
             ended = (f"was killed by {signal.Signals(-process.returncode).name}" if -process.returncode in signal.valid_signals()
