@@ -22,7 +22,7 @@ from tqdm import tqdm
 
 from tuner.claims import Worker
 from tuner.history import History, Row, TrialRecord, rows_of
-from tuner.objectives import Objective
+from tuner.objectives import Evaluations, Objective
 from tuner.space import Space
 
 Progress = Callable[[int, int, str], None]
@@ -232,14 +232,20 @@ class Search:
             reasons = result.reasons or [None] * len(todo)
             samples = result.samples or [[]] * len(todo)
             hashes = [self.space.hash_idx(idx[i]) for i in todo]
-            for i, row, reason, measured in zip(todo, rows_of(result, hashes, idx[todo]), reasons, samples, strict=True):
-                self.cache[row.plan_hash] = row
-                self._rows.append(row)
+            for i, row, reason, measured in zip(todo, self._cached(result, hashes, idx[todo]), reasons, samples, strict=True):
                 extra = {"reason": reason} if reason is not None else {}
                 extra |= {"samples": measured} if measured else {}              # a noisy objective's every measurement
                 self._accept(idx[i], row.plan_hash, row.cycles, row.correct, row.max_abs,
                              {**(attrs or {}), **extra} if extra else attrs, cached=False)
             self._bar.update(len(todo) * counted)
+
+    def _cached(self, result: Evaluations, hashes: list[str], idx: np.ndarray) -> list[Row]:
+        """The cache rows of new results, added to the search's cache and to the rows the next flush writes."""
+        rows = rows_of(result, hashes, idx)
+        for row in rows:
+            self.cache[row.plan_hash] = row
+        self._rows += rows
+        return rows
 
     def measure(self, idx: np.ndarray) -> np.ndarray:
         """Values of ``idx`` in the search's mode (``inf``: ruled out, infeasible or incorrect) for a sweep that claims
@@ -251,9 +257,7 @@ class Search:
         todo = [k for k, h in enumerate(hashes) if h not in self.cache]
         if todo:
             rows = idx[allowed[todo]]
-            for row in rows_of(self.objective.evaluate(rows, self.spec.mode), [hashes[k] for k in todo], rows):
-                self.cache[row.plan_hash] = row
-                self._rows.append(row)
+            self._cached(self.objective.evaluate(rows, self.spec.mode), [hashes[k] for k in todo], rows)
         for i, h in zip(allowed, hashes, strict=True):
             row = self.cache[h]
             values[i] = row.cycles if row.cycles is not None and row.correct else np.inf

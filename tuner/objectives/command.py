@@ -78,6 +78,11 @@ class _Benchmark:
         self.workspace = Path(workspace).resolve()
         self.timeout_s, self.repeats = timeout_s, repeats
 
+    def _named(self, scorer: bytes) -> str:
+        """The objective's name in the history: ``command:`` and a digest of what scores (it changes when that does),
+        with the repeats a value is the median of."""
+        return "command:" + hashlib.sha256(scorer).hexdigest()[:12] + (f":median{self.repeats}" if self.repeats > 1 else "")
+
     def _sandbox(self) -> Path:
         if self._copy is None:
             root = Path(tempfile.mkdtemp(prefix="tuner-objective-"))
@@ -180,7 +185,7 @@ class CommandObjective(_Benchmark):
         if not script.is_file():
             raise ObjectiveError(f"no benchmark.py in workspace {str(self.workspace)!r}")
         self.python = python
-        self.name = "command:" + hashlib.sha256(script.read_bytes()).hexdigest()[:12] + (f":median{repeats}" if repeats > 1 else "")
+        self.name = self._named(script.read_bytes())
 
     def feasible(self, idx: np.ndarray) -> np.ndarray:
         return np.ones(len(idx), dtype=bool)          # the benchmark itself says which plans cannot run
@@ -224,8 +229,7 @@ class ProgramObjective(_Benchmark):
             raise ObjectiveError(f"no program {argv[0]!r} in workspace {str(self.workspace)!r}")
         self.space, self.program = space, argv[0]
         self._argv = [sys.executable, *argv] if argv[0].endswith(".py") else [os.path.join(".", *Path(argv[0]).parts), *argv[1:]]
-        scorer = hashlib.sha256(program.read_bytes() + "\0".join(["", *argv[1:], space.fingerprint]).encode())
-        self.name = "command:" + scorer.hexdigest()[:12] + (f":median{repeats}" if repeats > 1 else "")
+        self.name = self._named(program.read_bytes() + "\0".join(["", *argv[1:], space.fingerprint]).encode())
 
     def _once(self, row: np.ndarray, mode: str) -> tuple[float, bool, float]:
         stdout, stderr = self._execute(self._argv, self.program, json.dumps(self.space.decode(row)))
