@@ -9,17 +9,20 @@ import subprocess
 import sys
 from itertools import product
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
 from conftest import misbehaviours, running, toy_cache
 
+from tuner.objectives import Evaluations
 from tuner.objectives.command import ProgramObjective
 from tuner.space import space_from_t1
 
 KNOBS = {"bx": [32, 64, 96, 128, 160], "tile": [1, 2, 4, 8], "layout": ["row", "col"]}
 T1 = {"ConfigurationSpace": {"TuningParameters": [{"Name": k, "Values": v} for k, v in KNOBS.items()],
                              "Conditions": [{"Expression": "bx * tile <= 640"}]}}
+CONFIG = {"bx": 64, "tile": 2, "layout": "col"}                    # one configuration the tests measure alone
 BENCH = """import json, sys
 c = json.load(sys.stdin)
 print("compiling", c)                                          # log lines come before the result
@@ -110,6 +113,7 @@ for _ in range(300 * 1024):                                   # 300 MiB of log l
 print(2.5)
 """
 PROBE = """import json, resource
+from tuner.objectives import Evaluations
 from tuner.objectives.command import ProgramObjective
 from tuner.space import space_from_t1
 objective = ProgramObjective({ws!r}, ["bench.py"], space_from_t1({t1!r}))
@@ -122,7 +126,7 @@ objective.close()
 
 def test_a_program_that_prints_without_end_cannot_fill_the_tuners_memory(kernel):
     (kernel / "bench.py").write_text(ENDLESS)
-    probe = PROBE.format(ws=str(kernel), t1=T1, config={"bx": 64, "tile": 2, "layout": "col"})
+    probe = PROBE.format(ws=str(kernel), t1=T1, config=CONFIG)
     out = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=600)
     assert out.returncode == 0, out.stderr
     value, grown_kib = json.loads(out.stdout)
@@ -136,14 +140,20 @@ print(1.5)
 """
 
 
-def test_a_run_that_leaves_a_daemon_holding_its_output_ends_when_the_program_ends(kernel, tmp_path):
-    (kernel / "bench.py").write_text(ESCAPING.format(pid=str(tmp_path / "daemon")))
-    space = space_from_t1(T1)
-    objective = ProgramObjective(kernel, ["bench.py"], space, timeout_s=300)
+def _measured(kernel: Path, **options: Any) -> Evaluations:
+    """What the workspace's bench.py measures for one configuration of ``T1``, through a ProgramObjective with ``options``."""
+    objective = ProgramObjective(kernel, ["bench.py"], space_from_t1(T1), **options)
     try:
-        result = objective.evaluate(space.encode({"bx": 64, "tile": 2, "layout": "col"})[None], "time")
+        return objective.evaluate(objective.space.encode(CONFIG)[None], "time")
     finally:
         objective.close()
+
+
+def test_a_run_that_leaves_a_daemon_holding_its_output_ends_when_the_program_ends(kernel, tmp_path):
+    (kernel / "bench.py").write_text(ESCAPING.format(pid=str(tmp_path / "daemon")))
+    try:
+        result = _measured(kernel, timeout_s=300)
+    finally:
         daemon = int((tmp_path / "daemon").read_text())
         alive = running(daemon)
         os.kill(daemon, signal.SIGKILL)                                   # it left the process group: the test reaps it
@@ -154,12 +164,7 @@ def test_a_noisy_program_is_valued_by_the_median_of_its_runs(kernel):
     (kernel / "bench.py").write_text("import json, os, sys\nc = json.load(sys.stdin)\n"
                                      "n = int(open('count').read()) + 1 if os.path.exists('count') else 1\n"
                                      "open('count', 'w').write(str(n))\nprint(c['bx'] + [0, 9, 1][n % 3])\n")
-    space = space_from_t1(T1)
-    objective = ProgramObjective(kernel, ["bench.py"], space, repeats=3)
-    try:
-        result = objective.evaluate(space.encode({"bx": 64, "tile": 2, "layout": "col"})[None], "time")
-    finally:
-        objective.close()
+    result = _measured(kernel, repeats=3)
     assert result.samples == [[73.0, 65.0, 64.0]] and result.cycles[0] == 65.0
 
 
