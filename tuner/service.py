@@ -234,17 +234,18 @@ def _repeats(value: Any, least: int = 1) -> int:
 
 def benchmark_plan(ctx: Context, plan: str | dict[str, Any] | None = None, modes: list[str] | None = None,
                    repeats: int = 1) -> dict[str, Any]:
-    """Reports of a plan in each of ``modes`` (default dev and final) with a one-line verdict; with ``repeats``
-    > 1, the plan is also scored that many times per mode: median, spread and the median's 95% interval."""
+    """Reports of a plan in each of ``modes`` (default: every mode of the problem) and each mode's value (``best_cycles``
+    for the tensor plan, ``time_ms`` for other problems); with ``repeats`` > 1, the plan is also scored that many times
+    per mode: median, spread and the median's 95% interval."""
     modes = list(modes) if modes is not None else list(ctx.objective.modes)
     if not modes or len(set(modes)) != len(modes):
         raise ServiceError(f"modes must be a non-empty list of distinct modes from {list(ctx.objective.modes)}, got {quoted(modes)}")
     repeats = _repeats(repeats)
     resolved, label = _plan(ctx, plan)
     reports = {m: ctx.objective.report(resolved, _mode(ctx, m)) for m in modes}
-    out = {"plan_source": label, "plan_hash": plan_hash(resolved), "reports": reports,
+    out = {"plan_source": label, "plan_hash": ctx.objective.space.hash(resolved), "reports": reports,
            "correct_in_all": all(r.get("correct") for r in reports.values()),
-           "best_cycles": {m: r.get("best_cycles", r.get("time_ms")) for m, r in reports.items()}}
+           ("best_cycles" if ctx.is_plan else "time_ms"): {m: r.get("best_cycles", r.get("time_ms")) for m, r in reports.items()}}
     if repeats > 1:
         measured = gate.measure(ctx.objective, resolved, repeats, modes)
         out["repeated"] = {m: noise.summary(measured[m]["samples"]) for m in modes}
@@ -548,6 +549,7 @@ def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20, rep
 
 def rollback(ctx: Context, backup: str | None = None, dry_run: bool = False) -> dict[str, Any]:
     """Restore kernel_plan.json from the latest (or a named) backup."""
+    ctx.tensor_plan_only("rollback")
     return gate.rollback(ctx.workspace, backup, _dry_run(dry_run))
 
 

@@ -184,3 +184,43 @@ def test_a_closed_pipe_ends_quietly(workspace):
     process.stdout.close()                                  # the reader is gone before anything is written, as with `| head -0`
     err = process.stderr.read().decode()
     assert process.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
+
+
+TENSOR_PLAN_ONLY = {"run", "trace_summary", "validate_plan", "apply_candidate", "apply_best_verified", "rollback",
+                    "export_candidate_fixture", "record_result"}
+COMMAND_ARGS = {"repeated_evaluation": ["--candidate", "best.json", "--repeats", "2"], "candidate_diff": ["--candidate", "best.json"],
+                "benchmark_plan": ["--plan", "best.json", "--repeats", "2"], "run_objective": ["--plan", "best.json"],
+                "search_plans": ["--max-evals", "4"], "local_neighborhood_search": ["--max-evals", "4"],
+                "bounded_exhaustive_search": ["--profile", "all"], "export_candidate_fixture": ["--name", "copy"],
+                "apply_candidate": ["--plan", "best.json"]}
+
+
+@pytest.mark.parametrize("objective", ["cache", "program"])
+def test_every_command_works_on_another_problem_or_says_it_is_for_the_tensor_plan(tmp_path, objective, capsys, monkeypatch):
+    """On a measured cache and on a program of one's own, each subcommand either runs (exit 0: its JSON names the
+    configuration's time, never cycles) or exits 2 with one line saying that it is for the tensor plan, writing nothing."""
+    from conftest import toy_cache
+
+    from tuner.cli import COMMANDS, main
+
+    records = {(bx, t): bx / 32 + t for bx in (32, 64, 128) for t in (1, 2)}
+    toy_cache(tmp_path, records)
+    (tmp_path / "bench.py").write_text("import json, sys\nc = json.load(sys.stdin)\nprint(c['bx'] / 32 + c['tile'])\n")
+    (tmp_path / "best.json").write_text(json.dumps({"bx": 32, "tile": 1}))
+    problem = ["--objective", "cache:toy.json.gz"] if objective == "cache" else \
+        ["--objective", "command:bench.py", "--space", "toy.json.gz"]
+    before = {p: p.read_bytes() for p in tmp_path.iterdir()}
+    monkeypatch.chdir(tmp_path)
+    for command in COMMANDS:
+        code = main(["--workspace", str(tmp_path), *problem, "--json", command, *COMMAND_ARGS.get(command, [])])
+        out, err = capsys.readouterr()
+        if command in TENSOR_PLAN_ONLY:
+            assert code == 2 and err.count("\n") == 1 and "works on the tensor-plan problem only" in err, (command, err)
+            continue
+        assert code == 0, (command, err)
+        result = json.loads(out)
+        assert "cycles" not in out and "dev" not in result, (command, out)
+        if command in ("benchmark_plan", "run_objective"):
+            assert (result["reports"]["time"] if command == "benchmark_plan" else result)["time_ms"] == 2.0
+    assert {p: p.read_bytes() for p in before} == before                  # what was there is untouched
+    assert sorted(p.name for p in tmp_path.iterdir() if p not in before) == ["results", "studies"]
