@@ -463,7 +463,7 @@ def resume_search_history(ctx: Context, limit: int = 5) -> dict[str, Any]:
               for s in ctx.history.sweeps() if s["objective"] == ctx.objective.name]
     done_profiles = {s["target"].removeprefix("profile:") for s in sweeps if s["strategy"] == "exhaustive" and s["state"] == "done"}
     return {"seeds": _seeds(ctx, int(limit)), "searches": sweeps,
-            "profiles_not_swept": [p for p in profile_names(*_profile_folders(ctx)) if p not in done_profiles]}
+            "profiles_not_swept": [p for p in profile_names(ctx.objective.space, *_profile_folders(ctx)) if p not in done_profiles]}
 
 
 def _study_bests(ctx: Context, per_study: int = 5) -> list[dict[str, Any]]:

@@ -482,14 +482,26 @@ def _folders(folders: tuple[Path | None, ...]) -> list[Path]:
     return [f for f in folders if f is not None and f.is_dir()]
 
 
-def profile_names(*folders: Path | None) -> list[str]:
-    """Names of the profiles in ``folders`` (``WHOLE_SPACE`` is always one)."""
-    return sorted({WHOLE_SPACE} | {p.stem for folder in _folders(folders) for p in folder.glob("*.json")})
+def _of_another_space(path: Path, space: Space) -> bool:
+    """Whether a profile file reads as one that lists knobs other than ``space``'s (a profile of another problem)."""
+    try:
+        data = read_json(path, "profile")
+    except SpaceError:
+        return False                                    # unreadable: listed, so that asking for it says why
+    knobs = data.get("knobs") if isinstance(data, dict) else None
+    return isinstance(knobs, dict) and set(knobs) != set(space.names)
+
+
+def profile_names(space: Space, *folders: Path | None) -> list[str]:
+    """Names of the profiles of ``space`` in ``folders`` (``WHOLE_SPACE`` is always one); profiles that list another
+    space's knobs, such as the tensor plan's beside a cache, are left out."""
+    return sorted({WHOLE_SPACE} | {p.stem for folder in _folders(folders) for p in folder.glob("*.json")
+                                   if not _of_another_space(p, space)})
 
 
 def load_profile(name: str, space: Space, *folders: Path | None) -> Profile:
     """The profile ``NAME.json`` of ``space`` from the first of ``folders`` that holds it; :class:`ProfileError` otherwise."""
-    known = ", ".join(profile_names(*folders))
+    known = ", ".join(profile_names(space, *folders))
     try:
         check_name(name, "profile")
     except WorkspaceError as exc:

@@ -9,7 +9,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from tuner.plan import KNOBS, PROFILE_DIR, SPACE
-from tuner.space import ProfileError, load_profile, profile_names
+from tuner.space import ProfileError, load_profile, profile_names, space_from_tune_params
 
 
 def test_every_knob_is_a_distribution_with_order_where_it_matters():
@@ -56,8 +56,21 @@ def test_iteration2_lies_in_both_profiles(iteration2):
 def test_a_user_adds_a_profile_by_adding_a_file(tmp_path, iteration2):
     knobs = {k: [v] for k, v in iteration2.items()} | {"block_m": [32, 48, 64], "num_warps": [4, 6, 8]}
     (tmp_path / "tiny.json").write_text(json.dumps({"description": "nine plans", "knobs": knobs}))
-    assert "tiny" in profile_names(tmp_path)
+    assert "tiny" in profile_names(SPACE, tmp_path)
     assert load_profile("tiny", SPACE, tmp_path).size == 9
+
+
+def test_profiles_of_another_space_are_not_offered_but_unreadable_ones_are(tmp_path, iteration2):
+    """Beside a cache of two knobs, the tensor plan's profiles are not its profiles; one that cannot be read is
+    still listed, so that asking for it says what is wrong with it."""
+    cache = space_from_tune_params({"bx": [32, 64], "tile": [1, 2]}, ["bx", "tile"], "toy", "toy")
+    (tmp_path / "tensor.json").write_text(json.dumps({"knobs": {k: [v] for k, v in iteration2.items()}}))
+    (tmp_path / "toy_small.json").write_text(json.dumps({"knobs": {"bx": [32], "tile": [1, 2]}}))
+    (tmp_path / "broken.json").write_text("{")
+    assert profile_names(cache, tmp_path) == ["all", "broken", "toy_small"]
+    assert profile_names(SPACE, tmp_path) == ["all", "broken", "tensor"]
+    with pytest.raises(ProfileError, match=r"known profiles: all, broken, toy_small$"):
+        load_profile("tensor_plan", cache, tmp_path)
 
 
 @pytest.mark.parametrize("name", ["../fixtures/baseline_row_major", "/etc/passwd", "nope", "", "a/b"])
