@@ -259,7 +259,7 @@ class Ranked(Strict):
     plan_hash: str
     dev: Cycles
     final: Cycles
-    trials: int
+    scored: int = Field(description="the study's evaluations that have a value (failed ones are not counted)")
 
 
 class RankResult(Strict):

@@ -484,7 +484,7 @@ def _study_bests(ctx: Context, per_study: int = 5) -> list[dict[str, Any]]:
         if verified:
             best = min(verified, key=lambda h: (scored[last][h].cycles, scored[first][h].cycles, h))
             out.append({"study": study, "plan_hash": best, "plan": space.decode(rows[best].idx),
-                        **{m: number(scored[m][best].cycles) for m in modes}, "trials": count})
+                        **{m: number(scored[m][best].cycles) for m in modes}, "scored": count})
     return out
 
 

@@ -202,7 +202,7 @@ def test_one_query_reads_agree_with_optuna_and_the_tools_write_nothing(workspace
     ranking = service.rank_experiments(service.Context.create(workspace, tool="rank_experiments"))["ranking"]
     assert database.read_bytes() == before and {r["study"] for r in ranking} <= set(names)
     finals = [r["final"] for r in ranking]
-    assert finals == sorted(finals) and all(r["trials"] == tops[r["study"]][0] for r in ranking)
+    assert finals == sorted(finals) and all(r["scored"] == tops[r["study"]][0] for r in ranking)
 
 
 def test_a_database_of_another_tools_optuna_studies_reads_as_an_empty_history_and_is_left_as_it_was(workspace):
