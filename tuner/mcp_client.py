@@ -13,7 +13,7 @@ from typing import Any
 
 import anyio
 
-from tuner.workspace import TELEMETRY
+from tuner.workspace import TELEMETRY, loads
 
 MANIFESTS = ".harnessgym/mcp"
 PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "TENSOR_PLAN_WORKSPACE")
@@ -84,13 +84,16 @@ def main(root: Path, argv: list[str] | None = None) -> int:
     started = time.monotonic()
     record: dict[str, Any] = {"time": datetime.now(UTC).isoformat(timespec="milliseconds"), "server": args.server, "tool": args.tool}
     try:
-        arguments = json.loads(args.arguments)
+        try:
+            arguments = loads(args.arguments)
+        except ValueError as exc:                          # not JSON, or more than the parser holds
+            raise HelperError(f"--arguments is not valid JSON: {exc}") from None
         if not isinstance(arguments, dict):
             raise HelperError(f"--arguments must be a JSON object, got {type(arguments).__name__}")
         record["arguments"] = arguments
         ok, result, text = anyio.run(call, root, args.server, args.tool, arguments, args.timeout)
-    except (HelperError, json.JSONDecodeError) as exc:
-        message = f"--arguments is not valid JSON: {exc}" if isinstance(exc, json.JSONDecodeError) else str(exc)
+    except HelperError as exc:
+        message = str(exc)
         print(f"mcp_call.py: error: {message}", file=sys.stderr)
         _append(root, record | {"arguments": record.get("arguments", args.arguments), "duration_s": round(time.monotonic() - started, 3),
                                 "ok": False, "error": message, "summary": ""})

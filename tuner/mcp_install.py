@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.mcp_client import manifest_command
-from tuner.workspace import MANIFEST, Workspace, atomic_write
+from tuner.workspace import MANIFEST, Workspace, atomic_write, loads
 
 CLIENT_FILES = {"claude": ".mcp.json", "vscode": ".vscode/mcp.json", "codex": ".codex/config.toml"}
 
@@ -50,7 +50,7 @@ def config_text(workspace: Workspace, client: str, existing: str | None = None) 
                 out.append(line)
         text = "".join(out)
         return text + ("" if text.endswith("\n") or not text else "\n") + block
-    data = json.loads(existing) if existing else {}
+    data = loads(existing) if existing else {}
     key = "servers" if client == "vscode" else "mcpServers"
     if not isinstance(data, dict) or not isinstance(data.setdefault(key, {}), dict):
         raise ValueError(f"it is not a JSON object whose {key!r} is an object")

@@ -15,6 +15,7 @@ from typing import Any
 import numpy as np
 
 from tuner.space import Config, SpaceError, load_space
+from tuner.workspace import loads
 
 SPACE = load_space(Path(__file__).resolve().parent / "task" / "kernel_plan.t1.json")
 PROFILE_DIR = Path(__file__).resolve().parent.parent / "studies"        # the task's bounded profiles
@@ -38,9 +39,11 @@ def validate_plan(data: Any) -> Plan:
 def parse_plan_text(text: str, source: str = "plan") -> Plan:
     """Parse and validate JSON text; ``source`` names it in error messages."""
     try:
-        data = json.loads(text)
+        data = loads(text)
     except json.JSONDecodeError as exc:
         raise PlanError(f"{source} is not valid JSON: {exc.msg} at line {exc.lineno} column {exc.colno}") from None
+    except ValueError as exc:
+        raise PlanError(f"{source} is not valid JSON: {exc}") from None
     return validate_plan(data)
 
 

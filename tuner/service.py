@@ -45,6 +45,7 @@ from tuner.workspace import (
     WorkspaceError,
     check_name,
     json_reason,
+    loads,
     quoted,
 )
 
@@ -204,8 +205,8 @@ def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
         return space.validate(ref, "configuration"), "inline configuration"
     path = ctx.workspace.path(ref)
     try:
-        return space.validate(json.loads(path.read_text(encoding="utf-8")), "configuration"), ref
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        return space.validate(loads(path.read_text(encoding="utf-8")), "configuration"), ref
+    except (OSError, ValueError) as exc:
         raise ServiceError(f"configuration file {quoted(ref)} cannot be read as JSON: {json_reason(exc)}") from None
 
 
@@ -587,8 +588,8 @@ def _telemetry_tools(ctx: Context) -> list[str]:
     if path.is_file():
         for line in path.read_text(encoding="utf-8", errors="replace").splitlines():     # a line torn by a kill is skipped
             try:
-                tool = json.loads(line).get("tool")
-            except (json.JSONDecodeError, AttributeError):
+                tool = loads(line).get("tool")
+            except (ValueError, AttributeError):
                 continue
             if isinstance(tool, str) and tool not in tools:
                 tools.append(tool)

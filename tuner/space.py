@@ -20,7 +20,7 @@ import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
-from math import prod
+from math import isfinite, prod
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,13 +28,14 @@ import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from tuner.expressions import ArithmeticFault, ExpressionError, evaluate, names_in
-from tuner.workspace import WorkspaceError, check_name, quoted
+from tuner.workspace import WorkspaceError, check_name, loads, quoted
 
 Kind = Literal["ordinal", "nominal"]
 Value = int | float | str | bool
 Config = dict[str, Any]
 MAX_KNOBS = 64
 MAX_VALUES = 10_000                   # values of one knob
+MAX_EXACT_INT = 2**53                 # integer values beyond this would be shown (Optuna, the dashboard) as other numbers
 MAX_COUPLED_MOVES = 4096              # joint values of the declared groups of coupled knobs, all together
 
 
@@ -300,6 +301,13 @@ def _kind(values: list[Any], declared: Any, where: str) -> Kind:
     return "ordinal" if numeric and len(values) > 1 else "nominal"
 
 
+def _exact(value: Any) -> bool:
+    """Whether a float holds ``value`` exactly (strings: always): a finite float, an integer within +-2**53."""
+    if isinstance(value, float):
+        return isfinite(value)
+    return not isinstance(value, int) or abs(value) <= MAX_EXACT_INT
+
+
 def make_knob(name: Any, values: Any, where: str, default: Any = None, kind: Any = None) -> Knob:
     """A knob from data; :class:`SpaceError` naming ``where`` when the values are not a list of scalars."""
     if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
@@ -317,6 +325,10 @@ def make_knob(name: Any, values: Any, where: str, default: Any = None, kind: Any
         raise SpaceError(f"{where}: knob {name!r} has {len(values)} values (at most {MAX_VALUES})")
     if not all(isinstance(v, int | float | str | bool) for v in values):
         raise SpaceError(f"{where}: knob {name!r}: values must be numbers, strings or booleans")
+    inexact = next((v for v in values if not _exact(v)), None)
+    if inexact is not None:
+        raise SpaceError(f"{where}: knob {name!r}: value {_text(inexact)} is not allowed (numbers must be finite, "
+                         f"integers within +-2**53, which a float holds exactly)")
     if len({(type(v), v) for v in values}) != len(values):
         raise SpaceError(f"{where}: knob {name!r} repeats a value")
     knob = Knob(name, tuple(values), _kind(values, kind, where), default)
@@ -418,19 +430,19 @@ def read_json(path: str | Path, what: str, completed: Callable[[str], str] | Non
         if path.suffix == ".gz":
             raw = gzip.decompress(raw)
         try:
-            return json.loads(raw)
+            return loads(raw)
         except json.JSONDecodeError as exc:
             if completed is None:
                 raise
             try:
-                return json.loads(completed(raw.decode("utf-8-sig")))      # as json.loads reads bytes: a BOM is allowed
+                return loads(completed(raw.decode("utf-8-sig")))          # as json.loads reads bytes: a BOM is allowed
             except json.JSONDecodeError:
                 raise exc from None
     except FileNotFoundError:
         raise SpaceError(f"{what} {path.name!r} does not exist") from None
     except (OSError, EOFError, zlib.error) as exc:
         raise SpaceError(f"{what} {path.name!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
-    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+    except ValueError as exc:                                           # not JSON, not UTF-8, or more than the parser holds
         raise SpaceError(f"{what} {path.name!r} is not valid JSON: {getattr(exc, 'msg', exc)}") from None
 
 

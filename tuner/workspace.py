@@ -155,7 +155,7 @@ class Workspace:
     def fixture(self, name: str) -> dict[str, Any]:
         path = self.fixture_path(name)
         try:
-            data = json.loads(path.read_text(encoding="utf-8"))
+            data = loads(path.read_text(encoding="utf-8"))
         except (OSError, ValueError) as exc:                # unreadable, not UTF-8, not JSON
             raise WorkspaceError(f"fixture {name!r} cannot be read as JSON: {json_reason(exc)}") from None
         return data if isinstance(data, dict) and "plan" in data else {"name": name, "plan": data}
@@ -205,17 +205,31 @@ def _check_kind(kind: str, rel: PurePosixPath) -> None:
                                 "result": "(a .json file outside .git, manifests, backups, studies, fixtures, code and the plan)"}[kind])
 
 
+def loads(text: str | bytes) -> Any:
+    """``json.loads`` for text from outside (files, a benchmark's output): whatever Python's parser cannot
+    hold, nesting past its recursion limit or an integer of more than 4,300 digits, is a ``ValueError`` too,
+    as malformed JSON (``json.JSONDecodeError``) and bytes that are not UTF-8 are."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        raise ValueError("nested too deeply") from None
+    except ValueError as exc:
+        if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+            raise
+        raise ValueError("a number too long to read") from None       # int_max_str_digits
+
+
 def json_reason(exc: OSError | ValueError) -> str:
     """What went wrong reading a JSON file, in a few words."""
     if isinstance(exc, UnicodeDecodeError):
         return "not UTF-8 text"
-    return getattr(exc, "msg", None) or getattr(exc, "strerror", None) or exc.__class__.__name__
+    return getattr(exc, "msg", None) or getattr(exc, "strerror", None) or str(exc) or exc.__class__.__name__
 
 
 def _is_result(path: Path) -> bool:
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError):
+        data = loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
         return False
     return isinstance(data, dict) and set(data) >= RESULT_KEYS
 

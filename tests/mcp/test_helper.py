@@ -34,9 +34,11 @@ def test_one_telemetry_record_per_call_and_exit_codes(workspace):
     assert rc == 2 and "JSON object" in err
     rc, _, err = call(workspace, "run_objective", "{}", server="nope")
     assert rc == 2 and "unknown server 'nope'" in err and "tensor-plan-server" in err
+    rc, _, err = call(workspace, "run_objective", "[" * 100_000)
+    assert rc == 2 and "not valid JSON: nested too deeply" in err and "Traceback" not in err
     records = telemetry(workspace)
-    assert len(records) == 5
-    assert [r["ok"] for r in records] == [True, False, False, False, False]
+    assert len(records) == 6
+    assert [r["ok"] for r in records] == [True, False, False, False, False, False]
     first = records[0]
     assert first["server"] == "tensor-plan-server" and first["tool"] == "run_objective" and first["arguments"] == {"mode": "dev"}
     assert first["duration_s"] > 0 and "best_cycles" in first["summary"] and first["time"].endswith("+00:00")

@@ -84,6 +84,9 @@ MALFORMED = {
     "not an object": ("[1, 2, 3]", ["JSON object", "list"]),
     "not JSON": ("{block_m: 64", ["not valid JSON"]),
     "empty file": ("", ["not valid JSON"]),
+    "nested past the parser's recursion": ("[" * 100_000, ["not valid JSON: nested too deeply"]),
+    "an integer past the parser's digits": ('{"block_m": ' + "1" * 5000 + "}", ["not valid JSON: a number too long to read"]),
+    "an integer past a float": (json.dumps(dict(BASE, block_m=10**400)), ["block_m", "16, 32, 48, 64, 80, 96, 128"]),
     "negative value": (json.dumps(dict(BASE, scratchpad_kb=-64)), ["scratchpad_kb", "-64", "48, 64, 96, 128, 160, 192"]),
 }
 

@@ -224,3 +224,6 @@ def test_every_command_works_on_another_problem_or_says_it_is_for_the_tensor_pla
             assert (result["reports"]["time"] if command == "benchmark_plan" else result)["time_ms"] == 2.0
     assert {p: p.read_bytes() for p in before} == before                  # what was there is untouched
     assert sorted(p.name for p in tmp_path.iterdir() if p not in before) == ["results", "studies"]
+    (tmp_path / "deep.json").write_text("[" * 100_000)                       # more than Python's parser holds
+    assert main(["--workspace", str(tmp_path), *problem, "run_objective", "--plan", "deep.json"]) == 2
+    assert "configuration file 'deep.json' cannot be read as JSON: nested too deeply" in capsys.readouterr().err

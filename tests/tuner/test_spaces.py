@@ -122,12 +122,14 @@ def test_a_restriction_that_fails_past_the_sample_read_with_the_file_is_a_space_
 
 
 def test_cache_objective_scores_records_failures_and_absences(tmp_path):
-    objective = CacheObjective(toy_cache(tmp_path, {(32, 1): 2.5, (64, 1): 1.25, (64, 2): "RuntimeFailedConfig", (128, 2): "weird"}))
-    idx = objective.space.encode_many([{"bx": b, "tile": t} for b, t in [(32, 1), (64, 1), (64, 2), (128, 2), (128, 1)]])
+    objective = CacheObjective(toy_cache(tmp_path, {(32, 1): 2.5, (64, 1): 1.25, (64, 2): "RuntimeFailedConfig", (128, 2): "weird",
+                                                    (32, 2): 10**400}))                       # a time no float holds
+    idx = objective.space.encode_many([{"bx": b, "tile": t} for b, t in [(32, 1), (64, 1), (64, 2), (128, 2), (128, 1), (32, 2)]])
     result = objective.evaluate(idx)
     assert result.cycles[:2].tolist() == [2.5, 1.25] and np.isinf(result.cycles[2:]).all()
-    assert result.correct.tolist() == [True, True, False, False, False]
-    assert result.reasons == [None, None, "RuntimeFailedConfig", "ErrorConfig: weird", NOT_MEASURED]
+    assert result.correct.tolist() == [True, True, False, False, False, False]
+    assert result.reasons[:5] == [None, None, "RuntimeFailedConfig", "ErrorConfig: weird", NOT_MEASURED]
+    assert result.reasons[5] == "ErrorConfig: " + "1" + "0" * 59
     assert objective.optimum == 1.25 and objective.modes == ("time",)
     assert objective.report({"bx": 64, "tile": 2})["reason"] == "RuntimeFailedConfig"
 
@@ -201,6 +203,10 @@ def _gz(data) -> bytes:
     (_gz({"results": [_t4_result({"a": [1, 2]}, 1.0)]}), "results[0]: knob 'a': '[1, 2]' is not a number, string or boolean"),
     (_gz({"results": [{**_t4_result({"a": 1}, 1.0), "measurements": 5}]}), "results[0]: measurements must be a list"),
     (_gz({"results": [_t4_result({"a": 1}, 1.0), _t4_result({"b": 1}, 2.0)]}), "results[1] configures ['b'], results[0] ['a']"),
+    (gzip.compress(b"[" * 100_000), "is not valid JSON: nested too deeply"),
+    (gzip.compress(b'{"tune_params": {"a": [' + b"1" * 5000 + b"]}}"), "is not valid JSON: a number too long to read"),
+    (_gz({"tune_params": {"a": [1, 10**400]}, "tune_params_keys": ["a"], "cache": {}}), "knob 'a': value 1000000"),
+    (_gz({"tune_params": {"a": [1, float("nan")]}, "tune_params_keys": ["a"], "cache": {}}), "knob 'a': value NaN is not allowed"),
 ])
 def test_bad_caches_exit_2_with_one_line_and_write_nothing(tmp_path, content, fragment):
     (tmp_path / "c.json.gz").write_bytes(content)

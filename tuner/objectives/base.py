@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
@@ -11,6 +12,15 @@ from tuner.space import Space
 
 TIME = "time"                                               # the one mode of a measured problem (ms, lower is better)
 RULED_OUT = "ruled out by the space's restrictions"
+
+
+def as_float(value: Any) -> float:
+    """A value read from outside (a benchmark's output, a cache's record) as a float when it is a number a float
+    holds; NaN otherwise (a string, a boolean, ``None``, an integer past 1.8e308)."""
+    try:
+        return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
+    except OverflowError:
+        return math.nan
 
 
 @dataclass

@@ -20,7 +20,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner.objectives.base import RULED_OUT, TIME, Evaluations
+from tuner.objectives.base import RULED_OUT, TIME, Evaluations, as_float
 from tuner.space import Config, Space, SpaceError, load_space, read_json, space_from_cache, space_from_tune_params
 
 MODE = TIME
@@ -110,8 +110,8 @@ class CacheObjective:
                 key = space.encode(config).tobytes()
             except (ValueError, KeyError):
                 continue                                  # outside the declared space
-            if isinstance(time, int | float) and not isinstance(time, bool) and math.isfinite(time) and time > 0:
-                self._time[key] = float(time)
+            if math.isfinite(value := as_float(time)) and value > 0:
+                self._time[key] = value
             else:
                 self._reason[key] = time if time in ERROR_MARKERS else f"ErrorConfig: {str(time)[:60]}"
         if not self._time:

@@ -33,10 +33,11 @@ from typing import IO, Any
 
 import numpy as np
 
-from tuner.objectives.base import RULED_OUT, TIME, Evaluations, ObjectiveError
+from tuner.objectives.base import RULED_OUT, TIME, Evaluations, ObjectiveError, as_float
 from tuner.plan import SPACE, decode, plan_json
 from tuner.space import Config, Space
 from tuner.task.suites import MODES
+from tuner.workspace import loads
 
 OUTPUT_KEPT = 1 << 20                   # bytes kept of a run's stdout and of its stderr (their ends): no run can fill memory
 CLOSE_GRACE_S = 1.0                     # seconds to wait for a run's pipes to close once it has ended and its group is killed
@@ -195,8 +196,8 @@ class CommandObjective(_Benchmark):
         what = f"benchmark.py --mode {mode}"
         stdout, stderr = self._execute([self.python, "benchmark.py", "--json", "--mode", mode], what)
         try:
-            report = json.loads(stdout)
-        except json.JSONDecodeError:
+            report = loads(stdout)
+        except ValueError:
             report = None
         if not isinstance(report, dict):
             raise ObjectiveError(f"{what} printed no JSON object: {stdout[:200]!r}; stderr: {stderr.strip()[-300:]}")
@@ -207,7 +208,7 @@ class CommandObjective(_Benchmark):
 
     def _once(self, row: np.ndarray, mode: str) -> tuple[float, bool, float]:
         report = self._run(plan_json(decode(row)), mode)
-        return _best_cycles(report), report.get("correct") is True, _number(report.get("max_abs"))
+        return _best_cycles(report), report.get("correct") is True, as_float(report.get("max_abs"))
 
 
 class ProgramObjective(_Benchmark):
@@ -235,12 +236,12 @@ class ProgramObjective(_Benchmark):
         stdout, stderr = self._execute(self._argv, self.program, json.dumps(self.space.decode(row)))
         lines = stdout.strip().splitlines()
         try:
-            result = json.loads(lines[-1]) if lines else None
-        except json.JSONDecodeError:
+            result = loads(lines[-1]) if lines else None
+        except ValueError:
             result = None
         if isinstance(result, dict) and "error" in result:
             raise ObjectiveError(str(result["error"])[:500] or "error")
-        value = _number(result.get("time") if isinstance(result, dict) else result)
+        value = as_float(result.get("time") if isinstance(result, dict) else result)
         if not math.isfinite(value) or value <= 0:
             last = lines[-1][:100] if lines else ""
             raise ObjectiveError(f"{self.program} printed {last!r} as its last line, not a time (a positive number or "
@@ -259,17 +260,12 @@ class ProgramObjective(_Benchmark):
         return out
 
 
-def _number(value: Any) -> float:
-    """``value`` as a float when it is a number; NaN otherwise."""
-    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else math.nan
-
-
 def _best_cycles(report: dict[str, Any]) -> float:
     """A run's ``best_cycles`` (lower is better); :class:`ObjectiveError` with the reason when the plan is infeasible
     or the report's value is not a finite positive number (a benchmark that lies is a failed evaluation)."""
     if not report.get("feasible", True) or report.get("best_cycles") is None:
         raise ObjectiveError(str(report.get("reason") or "infeasible")[:500])
-    value = _number(report["best_cycles"])
+    value = as_float(report["best_cycles"])
     if not math.isfinite(value) or value <= 0:
         raise ObjectiveError(f"benchmark.py printed best_cycles {str(report['best_cycles'])[:40]!r}, not a positive number")
     return value
