@@ -278,4 +278,5 @@ def test_kill_9_at_random_moments_leaves_history_plan_and_backups_intact(workspa
     searches = subprocess.run([*tuner, "--json", "resume_search_history"], capture_output=True, text=True, env=child_env(), timeout=120)
     assert finished.returncode == 0 and searches.returncode == 0                      # the history still takes work
     study = json.loads(finished.stdout)["study"]
-    assert [s["evaluations"] for s in json.loads(searches.stdout)["searches"] if s["study_name"] == study] == [30]
+    records = [(s["evaluations"], s["state"]) for s in json.loads(searches.stdout)["searches"] if s["study_name"] == study]
+    assert records == [(30, "stopped")]                                              # ended on its budget: more resumes it

@@ -140,7 +140,8 @@ class Sweep(Strict):
     strategy: str
     target: str
     mode: str
-    state: str
+    state: str = Field(description="running (a process is at it, or was killed at it), stopped (it ended on its budget or time), "
+                                   "cancelled, or done (converged or exhausted); all but done resume")
     evaluations: int
     updated: str
 

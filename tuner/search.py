@@ -316,7 +316,7 @@ class Search:
             self.check_held_out(top)
             top.sort(key=lambda c: (not c.held_out_correct, c.value))
         done = stopped in ("converged", "exhausted")
-        self.flush(progress, state="done" if done else "cancelled" if stopped == "cancelled" else "running")
+        self.flush(progress, state="done" if done else "cancelled" if stopped == "cancelled" else "stopped")
         self.close()
         return Outcome(self.name, self.spec.strategy, self.evaluations, self.scored, self.trials_written, self.cached_hits,
                        round(time.monotonic() - self.started, 3), stopped, top)
