@@ -113,6 +113,8 @@ class SearchResult(Strict):
     cached: int
     seconds: float
     stopped: str = Field(description="why the search ended (budget, time, converged, exhausted, cancelled)")
+    failed: int = Field(description="new evaluations without a value (infeasible, incorrect, failed runs, not measured)")
+    failure_reasons: dict[str, int] = Field(description="their most common reasons (first 100 characters), with counts")
     best: Candidate | None
     top: list[Candidate]
 

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import sys
 import time
+from collections import Counter
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from dataclasses import dataclass, field
@@ -32,6 +33,8 @@ DASHBOARD_TRIALS = 200              # a run's first trials, all kept as Optuna t
 THIN_EVERY = 20                     # (every evaluation stays in tuner_members: resume and the summaries stay exact)
 SYNC_S = 1.0                        # how often a search reads what the study's other workers scored
 POLL_S = 1.0                        # the longest wait between looks at work other workers are finishing
+REASON_CHARS = 100                  # failures are grouped by the start of their reason (a stderr tail varies run by run)
+REASONS_SHOWN = 3                   # the most common failure reasons a search's result lists
 
 @dataclass(frozen=True)
 class Spec:
@@ -93,6 +96,8 @@ class Outcome:
     seconds: float
     stopped: str
     top: list[Candidate] = field(default_factory=list)
+    failed: int = 0                                             # new evaluations without a value
+    failure_reasons: dict[str, int] = field(default_factory=dict)   # their most common reasons, with counts
 
     @property
     def best(self) -> Candidate | None:
@@ -124,6 +129,7 @@ class Search:
         self.trials_written = 0
         self._thinned = 0                                   # evaluations of this run kept as members only, not as trials
         self.cached_hits = 0
+        self.failures: Counter[str] = Counter()             # reasons of this worker's new evaluations that have no value
         self.started = time.monotonic()
         self.seen: dict[str, float] = {}
         self._rows: list[Row] = []
@@ -233,6 +239,8 @@ class Search:
             samples = result.samples or [[]] * len(todo)
             hashes = [self.space.hash_idx(idx[i]) for i in todo]
             for i, row, reason, measured in zip(todo, self._cached(result, hashes, idx[todo]), reasons, samples, strict=True):
+                if row.cycles is None or not row.correct:
+                    self.failures[(reason or ("incorrect" if row.cycles is not None else "infeasible"))[:REASON_CHARS]] += 1
                 extra = {"reason": reason} if reason is not None else {}
                 extra |= {"samples": measured} if measured else {}              # a noisy objective's every measurement
                 self._accept(idx[i], row.plan_hash, row.cycles, row.correct, row.max_abs,
@@ -319,7 +327,8 @@ class Search:
         self.flush(progress, state="done" if done else "cancelled" if stopped == "cancelled" else "stopped")
         self.close()
         return Outcome(self.name, self.spec.strategy, self.evaluations, self.scored, self.trials_written, self.cached_hits,
-                       round(time.monotonic() - self.started, 3), stopped, top)
+                       round(time.monotonic() - self.started, 3), stopped, top, self.failures.total(),
+                       dict(self.failures.most_common(REASONS_SHOWN)))
 
     def _drain(self) -> bool:
         """Until no plan of the study is claimed and unscored: redo the plans of dead workers, wait for live

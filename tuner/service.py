@@ -344,6 +344,7 @@ def _outcome(ctx: Context, outcome: Outcome, spec: Spec) -> dict[str, Any]:
     return {"study": outcome.study_name, "strategy": outcome.strategy, "target": spec.target, "mode": spec.mode,
             "evaluations": outcome.evaluations, "new_evaluations": outcome.new_evaluations, "trials": outcome.trials,
             "cached": outcome.cached, "seconds": outcome.seconds, "stopped": outcome.stopped,
+            "failed": outcome.failed, "failure_reasons": outcome.failure_reasons,
             "best": best.as_dict(space, modes) if best else None, "top": [c.as_dict(space, modes) for c in outcome.top[:5]]}
 
 

@@ -13,7 +13,10 @@ import os
 import re
 import subprocess
 import sys
+from collections import Counter
 from typing import Any
+
+from tuner.search import REASONS_SHOWN
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
@@ -60,15 +63,18 @@ def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple
 
 def combine(results: list[dict[str, Any] | None], codes: list[int], mode: str) -> dict[str, Any]:
     """One result from the workers' results (``None`` for a worker that printed none): the study's evaluations,
-    the sum of new ones, and the best plans any worker saw (correct in every mode checked first, then ``mode``'s value)."""
+    the sum of new ones and of failed ones with their most common reasons, and the best plans any worker saw
+    (correct in every mode checked first, then ``mode``'s value)."""
     done = [r for r in results if r is not None]
     top = {entry["plan_hash"]: entry for r in done for entry in r.get("top", [])}
     ranked = sorted(top.values(), key=lambda e: (not all(v for k, v in e.items() if k == "correct" or k.endswith("_correct")),
                                                   e[mode] if e[mode] is not None else float("inf"), e["plan_hash"]))
     first = done[0] if done else {}
+    reasons = sum((Counter(r["failure_reasons"]) for r in done), Counter())
     return {"study": first.get("study"), "strategy": first.get("strategy"), "workers": len(results),
             "evaluations": max((r["evaluations"] for r in done), default=0),
             "new_evaluations": sum(r["new_evaluations"] for r in done),
+            "failed": sum(r["failed"] for r in done), "failure_reasons": dict(reasons.most_common(REASONS_SHOWN)),
             "per_worker": [{"slot": slot, "exit": code, "new_evaluations": r["new_evaluations"] if r else None,
                             "stopped": r["stopped"] if r else None} for slot, (r, code) in enumerate(zip(results, codes, strict=True))],
             "best": ranked[0] if ranked else None, "top": ranked[:5]}

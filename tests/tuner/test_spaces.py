@@ -306,7 +306,11 @@ def test_another_gpus_cache_replays_from_the_command_line(tmp_path):
     recorded = json.loads(gzip.decompress(OTHER_GPU.read_bytes()))
     times = [r["time"] for r in recorded["cache"].values() if {k: r[k] for k in result["best"]["plan"]} == result["best"]["plan"]]
     assert times == [result["best"]["time"]] and result["new_evaluations"] == 60
-    assert json.loads(_cli(*command, cwd=tmp_path).stdout)["new_evaluations"] == 0
+    failed = [t.user_attrs["reason"] for t in History(f"sqlite:///{tmp_path / 'studies' / 'history.db'}").trials(result["study"])
+              if t.state.name == "FAIL"]
+    assert result["failed"] == len(failed) > 0 and result["failure_reasons"] == dict(Counter(failed).most_common(3))
+    again = json.loads(_cli(*command, cwd=tmp_path).stdout)
+    assert again["new_evaluations"] == again["failed"] == 0 and again["failure_reasons"] == {}
 
 
 def test_perf_real_caches_reports_what_the_command_line_finds(tmp_path):
