@@ -180,6 +180,23 @@ def test_an_executable_program_gets_its_arguments_and_no_shell(kernel):
     assert json.loads(out.stdout)["time_ms"] == 4 and not list(kernel.rglob("pwned"))
 
 
+@pytest.mark.parametrize(("first_line", "reason"), [
+    (b"#!/bin/sh\r\n", "cannot be started: the interpreter its first line names, '/bin/sh\\r', does not exist"),    # saved on Windows
+    (b"", "cannot be started: Exec format error (an executable script needs a first line such as #!/bin/sh)"),
+])
+def test_a_program_that_cannot_start_says_why_in_the_searchs_result(kernel, first_line, reason):
+    """Each run of a script that cannot start is a failed evaluation, and the search's result counts them and gives
+    the reason, in terms of the script's first line, rather than a bare "No such file or directory"."""
+    script = kernel / "bench.sh"
+    script.write_bytes(first_line + b"echo 2.5\n")
+    script.chmod(0o755)
+    out = _tuner(kernel, "--objective", "command:bench.sh", "--space", "space.t1.json", "--json", "search_plans", "--max-evals", "5")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["best"] is None and result["failed"] == result["new_evaluations"] == 5
+    assert result["failure_reasons"] == {f"bench.sh {reason}"[:100]: 5}
+
+
 def test_a_kernel_tuner_cache_gives_the_program_its_space(kernel):
     toy_cache(kernel, {(32, 1): 1.0}, name="earlier.json.gz")       # tune_params: bx 32, 64, 128; tile 1, 2
     (kernel / "bench.py").write_text("import json, sys\nc = json.load(sys.stdin)\nprint(c['bx'] / c['tile'])\n")

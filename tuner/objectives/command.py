@@ -17,6 +17,7 @@ samples go into the trial (noisy timings).
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import json
 import math
@@ -42,6 +43,20 @@ from tuner.workspace import loads
 OUTPUT_KEPT = 1 << 20                   # bytes kept of a run's stdout and of its stderr (their ends): no run can fill memory
 CLOSE_GRACE_S = 1.0                     # seconds to wait for a run's pipes to close once it has ended and its group is killed
 _IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.db", "*.db-*", "studies", ".pytest_cache")
+
+
+def _why_not_started(program: Path, exc: OSError) -> str:
+    """Why ``program`` did not start, in the operator's terms: the system's reason, and for a script that exists,
+    what in its first line the system could not run (an interpreter that is not there, a Windows line end)."""
+    try:
+        first = program.read_bytes()[:200].partition(b"\n")[0] if program.is_file() else b""
+    except OSError:
+        first = b""
+    if exc.errno == errno.ENOENT and first.startswith(b"#!"):
+        return f"the interpreter its first line names, {first[2:].strip(b' ').decode('utf-8', 'replace')!r}, does not exist"
+    if exc.errno == errno.ENOEXEC and not first.startswith(b"#!"):
+        return f"{exc.strerror} (an executable script needs a first line such as #!/bin/sh)"
+    return str(exc.strerror or exc)
 
 
 def _keep_end(pipe: IO[bytes], kept: bytearray) -> None:
@@ -108,7 +123,7 @@ class _Benchmark:
                 process = subprocess.Popen(argv, cwd=self._sandbox(), stdin=source, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                            start_new_session=True)
             except OSError as exc:
-                raise ObjectiveError(f"{what} cannot be started: {exc.strerror or exc}") from None
+                raise ObjectiveError(f"{what} cannot be started: {_why_not_started(self._sandbox() / argv[0], exc)}") from None
         kept = (bytearray(), bytearray())
         readers = [threading.Thread(target=_keep_end, args=(pipe, end), daemon=True)
                    for pipe, end in zip((process.stdout, process.stderr), kept, strict=True)]
