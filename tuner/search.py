@@ -239,8 +239,6 @@ class Search:
             samples = result.samples or [[]] * len(todo)
             hashes = [self.space.hash_idx(idx[i]) for i in todo]
             for i, row, reason, measured in zip(todo, self._cached(result, hashes, idx[todo]), reasons, samples, strict=True):
-                if row.cycles is None or not row.correct:
-                    self.failures[(reason or ("incorrect" if row.cycles is not None else "infeasible"))[:REASON_CHARS]] += 1
                 extra = {"reason": reason} if reason is not None else {}
                 extra |= {"samples": measured} if measured else {}              # a noisy objective's every measurement
                 self._accept(idx[i], row.plan_hash, row.cycles, row.correct, row.max_abs,
@@ -248,12 +246,20 @@ class Search:
             self._bar.update(len(todo) * counted)
 
     def _cached(self, result: Evaluations, hashes: list[str], idx: np.ndarray) -> list[Row]:
-        """The cache rows of new results, added to the search's cache and to the rows the next flush writes."""
+        """The cache rows of new results, added to the search's cache and to the rows the next flush writes; those
+        without a value are counted by reason."""
         rows = rows_of(result, hashes, idx)
-        for row in rows:
+        for row, reason in zip(rows, result.reasons or [None] * len(rows), strict=True):
             self.cache[row.plan_hash] = row
+            if row.cycles is None or not row.correct:
+                self.failed(reason or ("incorrect" if row.cycles is not None else "infeasible"))
         self._rows += rows
         return rows
+
+    def failed(self, reason: str, count: int = 1) -> None:
+        """Count ``count`` new evaluations without a value, by the start of their ``reason``."""
+        if count:
+            self.failures[reason[:REASON_CHARS]] += count
 
     def measure(self, idx: np.ndarray) -> np.ndarray:
         """Values of ``idx`` in the search's mode (``inf``: ruled out, infeasible or incorrect) for a sweep that claims

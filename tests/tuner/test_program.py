@@ -16,6 +16,7 @@ import pytest
 from conftest import misbehaviours, running, toy_cache
 
 from tuner.objectives import Evaluations
+from tuner.objectives.base import RULED_OUT
 from tuner.objectives.command import ProgramObjective
 from tuner.space import space_from_t1
 
@@ -60,6 +61,9 @@ def test_a_program_measures_every_configuration_and_the_searches_find_its_best(k
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["stopped"] == "exhausted" and result["best"]["plan"] == best and result["best"]["time"] == _time(best)
+    reasons = result["failure_reasons"]              # a program measured below 100 a second keeps its reasons (a dear range)
+    assert result["failed"] == 40 - len(runs) == sum(reasons.values()) and reasons[RULED_OUT] == 40 - len(allowed)
+    assert set(reasons) - {RULED_OUT} <= {"too many registers", "infeasible or incorrect"}
     out = _tuner(kernel.parent, "--workspace", "kernel", "--objective", "command:kernel/bench.py", "--space", "kernel/space.t1.json",
                  "--json", "search_plans", "--strategy", "quick", "--seed", "1", "--max-evals", "25")
     assert out.returncode == 0, out.stderr

@@ -281,6 +281,9 @@ def test_every_strategy_runs_on_a_measured_cache_and_resumes(tmp_path, strategy)
     result = json.loads(out.stdout)
     assert result["best"]["time"] == min(v for v in records.values() if isinstance(v, float)) or strategy in ("quick", "bayes", "focused")
     assert result["best"]["plan"] in [{"bx": b, "tile": t} for (b, t) in records] and "dev" not in result["best"]
+    if strategy == "exhaustive":                    # its one failure: its reason is kept where the range was measured (dear)
+        assert result["failed"] == 1 == sum(result["failure_reasons"].values())
+        assert set(result["failure_reasons"]) <= {"infeasible or incorrect", "RuntimeFailedConfig"}
     again = json.loads(_cli("--objective", "cache:toy.json.gz", "--json", *command, cwd=tmp_path).stdout)
     assert again["new_evaluations"] == 0
     ranked = json.loads(_cli("--objective", "cache:toy.json.gz", "--json", "rank_experiments", cwd=tmp_path).stdout)["ranking"]

@@ -21,6 +21,7 @@ import time
 
 import numpy as np
 
+from tuner.objectives.base import RULED_OUT
 from tuner.search import POLL_S, Candidate, Outcome, Search, number
 
 CHUNK = 1 << 18                     # the most plans one range holds
@@ -36,7 +37,11 @@ def _score(search: Search, start: int, stop: int, dear: bool) -> list[dict[str, 
     goes through the history's evaluation cache (:meth:`Search.measure`)."""
     idx = search.spec.profile.plans(start, stop)
     cycles = search.measure(idx) if dear else search.objective.cycles(idx, search.spec.mode)
-    cycles[~search.space.allowed(idx)] = np.inf                 # restrictions; the objective knows the rest
+    ruled_out = ~search.space.allowed(idx)
+    cycles[ruled_out] = np.inf                                  # restrictions; the objective knows the rest
+    search.failed(RULED_OUT, int(ruled_out.sum()))
+    if not dear:                                                # measured ones are counted with their reasons
+        search.failed("infeasible or incorrect", int((np.isinf(cycles) & ~ruled_out).sum()))
     keep = [k for k in np.argsort(cycles, kind="stable")[:KEEP] if np.isfinite(cycles[k])]
     return [{"idx": [int(v) for v in idx[k]], "cycles": float(cycles[k]), "at": start + int(k)} for k in keep]
 
