@@ -177,28 +177,37 @@ COMMANDS: dict[str, Command] = {
 }
 
 
+def _problem_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: bool) -> None:
+    """The options that say which problem and history a command works on. The top parser holds their defaults;
+    each command accepts them too (``defaults`` false: a value given there replaces the top one)."""
+    def default(value: Any) -> Any:
+        return value if defaults else argparse.SUPPRESS
+
+    p.add_argument("--workspace", default=default("."), metavar="DIR",
+                   help="folder holding kernel_plan.json, or your kernel's program (default: .)")
+    p.add_argument("--history", default=default(None), metavar="PATH|URL",
+                   help="history file or SQLAlchemy URL (default: WORKSPACE/studies/history.db, created when missing; "
+                        "another file's folder must exist)")
+    p.add_argument("--objective", default=default("builtin"), metavar="builtin|command|cache:PATH|command:PROGRAM",
+                   help="builtin: the tensor-plan task (fast); command: the workspace's own benchmark.py; "
+                        "cache:PATH: replay measured results (a Kernel Tuner cache .json/.json.gz or a T4 results file); "
+                        "command:PROGRAM [ARGS]: a program of the workspace measures each configuration of --space (it reads "
+                        "the configuration as JSON on stdin and prints its time in ms, or {\"error\": ...}, as its last line)")
+    p.add_argument("--space", default=default(None), metavar="T1.json",
+                   help="with cache:PATH (optional): a T1 tuning-problem file naming the same knobs (adds restrictions, defaults "
+                        "and Coupled groups); with command:PROGRAM (required): the space the program measures, a T1 file "
+                        "or a Kernel Tuner cache (its tune_params)")
+    p.add_argument("--timeout-s", type=_seconds, default=default(120.0), metavar="SECONDS",
+                   help="with a command objective: seconds one benchmark run may take; a run past it is killed with "
+                        "everything it started and counts as a failed evaluation (default 120)")
+
+
 def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="tuner", description=(
         "Tune a kernel: the tensor plan (kernel_plan.json against benchmark.py, best_cycles), a measured cache (cache:PATH) "
         "or your own kernel's program over a T1 space (command:PROGRAM); lower is better. "
         "Exit status: 0 done, 1 refused or failed, 2 bad input, 130 interrupted."))
-    top.add_argument("--workspace", default=".", metavar="DIR",
-                     help="folder holding kernel_plan.json, or your kernel's program (default: .)")
-    top.add_argument("--history", default=None, metavar="PATH|URL",
-                     help="history file or SQLAlchemy URL (default: WORKSPACE/studies/history.db, created when missing; "
-                          "another file's folder must exist)")
-    top.add_argument("--objective", default="builtin", metavar="builtin|command|cache:PATH|command:PROGRAM",
-                     help="builtin: the tensor-plan task (fast); command: the workspace's own benchmark.py; "
-                          "cache:PATH: replay measured results (a Kernel Tuner cache .json/.json.gz or a T4 results file); "
-                          "command:PROGRAM [ARGS]: a program of the workspace measures each configuration of --space (it reads "
-                          "the configuration as JSON on stdin and prints its time in ms, or {\"error\": ...}, as its last line)")
-    top.add_argument("--space", default=None, metavar="T1.json",
-                     help="with cache:PATH (optional): a T1 tuning-problem file naming the same knobs (adds restrictions, defaults "
-                          "and Coupled groups); with command:PROGRAM (required): the space the program measures, a T1 file "
-                          "or a Kernel Tuner cache (its tune_params)")
-    top.add_argument("--timeout-s", type=_seconds, default=120.0, metavar="SECONDS",
-                     help="with a command objective: seconds one benchmark run may take; a run past it is killed with "
-                          "everything it started and counts as a failed evaluation (default 120)")
+    _problem_options(top, defaults=True)
     top.add_argument("--repeats", dest="objective_repeats", type=_positive(int, LIMITS["repeats"]), default=1, metavar="K",
                      help="with a command objective: runs per configuration in searches, valued by their median; every sample is kept "
                           "in the trial (noisy timings; default 1)")
@@ -208,6 +217,7 @@ def parser() -> argparse.ArgumentParser:
         p = sub.add_parser(name, help=help_, description=help_)
         p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
         add(p)
+        _problem_options(p.add_argument_group("the problem and history (also accepted before the command)"), defaults=False)
     from tuner.mcp_install import add_parser as add_mcp
 
     add_mcp(sub)

@@ -227,3 +227,22 @@ def test_every_command_works_on_another_problem_or_says_it_is_for_the_tensor_pla
     (tmp_path / "deep.json").write_text("[" * 100_000)                       # more than Python's parser holds
     assert main(["--workspace", str(tmp_path), *problem, "run_objective", "--plan", "deep.json"]) == 2
     assert "configuration file 'deep.json' cannot be read as JSON: nested too deeply" in capsys.readouterr().err
+
+
+def test_the_problem_and_history_options_work_after_the_command_too(tmp_path, capsys, monkeypatch):
+    """--workspace, --history, --objective, --space and --timeout-s given after the command mean what they mean before
+    it (a value after the command wins): the second search resumes the first one's study in the same history."""
+    from conftest import toy_cache
+
+    from tuner.cli import main
+
+    toy_cache(tmp_path, {(bx, t): bx / 32 + t for bx in (32, 64, 128) for t in (1, 2)})
+    monkeypatch.chdir(tmp_path)
+    after = ["--json", "search_plans", "--max-evals", "4", "--objective", "cache:toy.json.gz", "--history", "h.db",
+             "--workspace", ".", "--timeout-s", "5"]
+    assert main(["--objective", "builtin", *after]) == 0
+    first = json.loads(capsys.readouterr().out)
+    assert main(["--objective", "cache:toy.json.gz", "--history", "h.db", "--json", "search_plans", "--max-evals", "4"]) == 0
+    again = json.loads(capsys.readouterr().out)
+    assert "@cache:" in first["study"] and again["study"] == first["study"] and again["new_evaluations"] == 0
+    assert (tmp_path / "h.db").is_file() and not (tmp_path / "studies").exists()
