@@ -252,11 +252,11 @@ class Search:
         for row, reason in zip(rows, result.reasons or [None] * len(rows), strict=True):
             self.cache[row.plan_hash] = row
             if row.cycles is None or not row.correct:
-                self.failed(reason or ("incorrect" if row.cycles is not None else "infeasible"))
+                self.count_failed(reason or ("incorrect" if row.cycles is not None else "infeasible"))
         self._rows += rows
         return rows
 
-    def failed(self, reason: str, count: int = 1) -> None:
+    def count_failed(self, reason: str, count: int = 1) -> None:
         """Count ``count`` new evaluations without a value, by the start of their ``reason``."""
         if count:
             self.failures[reason[:REASON_CHARS]] += count

@@ -39,9 +39,9 @@ def _score(search: Search, start: int, stop: int, dear: bool) -> list[dict[str, 
     cycles = search.measure(idx) if dear else search.objective.cycles(idx, search.spec.mode)
     ruled_out = ~search.space.allowed(idx)
     cycles[ruled_out] = np.inf                                  # restrictions; the objective knows the rest
-    search.failed(RULED_OUT, int(ruled_out.sum()))
+    search.count_failed(RULED_OUT, int(ruled_out.sum()))
     if not dear:                                                # measured ones are counted with their reasons
-        search.failed("infeasible or incorrect", int((np.isinf(cycles) & ~ruled_out).sum()))
+        search.count_failed("infeasible or incorrect", int((np.isinf(cycles) & ~ruled_out).sum()))
     keep = [k for k in np.argsort(cycles, kind="stable")[:KEEP] if np.isfinite(cycles[k])]
     return [{"idx": [int(v) for v in idx[k]], "cycles": float(cycles[k]), "at": start + int(k)} for k in keep]
 
