@@ -16,6 +16,7 @@ import anyio
 from tuner.workspace import TELEMETRY, loads
 
 MANIFESTS = ".harnessgym/mcp"
+UNPARSED_KEPT = 1000                # characters of an --arguments text that is not JSON kept in its telemetry record
 PASSED_ENV = ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR", "SYSTEMROOT", "TENSOR_PLAN_WORKSPACE")
 
 
@@ -95,8 +96,8 @@ def main(root: Path, argv: list[str] | None = None) -> int:
     except HelperError as exc:
         message = str(exc)
         print(f"mcp_call.py: error: {message}", file=sys.stderr)
-        _append(root, record | {"arguments": record.get("arguments", args.arguments), "duration_s": round(time.monotonic() - started, 3),
-                                "ok": False, "error": message, "summary": ""})
+        _append(root, record | {"arguments": record.get("arguments", args.arguments[:UNPARSED_KEPT]),
+                                "duration_s": round(time.monotonic() - started, 3), "ok": False, "error": message, "summary": ""})
         return 2
     except Exception as exc:               # the server could not start or the call broke off
         message = f"{exc.__class__.__name__}: {exc}"

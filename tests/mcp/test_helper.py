@@ -37,6 +37,7 @@ def test_one_telemetry_record_per_call_and_exit_codes(workspace):
     rc, _, err = call(workspace, "run_objective", "[" * 100_000)
     assert rc == 2 and "not valid JSON: nested too deeply" in err and "Traceback" not in err
     records = telemetry(workspace)
+    assert records[-1]["arguments"] == "[" * 1000                                   # what is kept of text that is not JSON
     assert len(records) == 6
     assert [r["ok"] for r in records] == [True, False, False, False, False, False]
     first = records[0]
