@@ -185,6 +185,10 @@ def test_a_t1_space_adds_restrictions_to_a_cache(tmp_path):
     (tmp_path / "other.t1.json").write_text(json.dumps(t1([{"Name": "z", "Values": [1, 2]}])))
     with pytest.raises(SpaceError, match="names knobs"):
         CacheObjective(cache, tmp_path / "other.t1.json")
+    (tmp_path / "strings.t1.json").write_text(json.dumps(t1([{"Name": "tile", "Values": [1, 2]}, {"Name": "bx", "Values": ["32", "64"]}])))
+    with pytest.raises(SpaceError, match=r"""no successful measurement of a configuration in space file 'strings.t1.json': """
+                                         r"""a record has bx = 32, the space's values are \["32", "64"\]$"""):
+        CacheObjective(cache, tmp_path / "strings.t1.json")           # the same knobs, but their values are strings there
 
 
 def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:

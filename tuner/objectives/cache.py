@@ -14,6 +14,7 @@ not known before they are asked for.
 from __future__ import annotations
 
 import hashlib
+import json
 import math
 from pathlib import Path
 from typing import Any
@@ -77,6 +78,19 @@ def _t4(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[dict[str, 
     return space_from_tune_params(values, list(values), Path(source).stem, source), out
 
 
+def _outside(space: Space, config: dict[str, Any]) -> str:
+    """How a record's configuration lies outside ``space``: its first knob whose value is not one of the knob's
+    (values as JSON, where the type shows: ``32`` is not ``"32"``, nor ``1`` ``1.0``)."""
+    for knob in space.knobs:
+        value = config.get(knob.name)
+        try:
+            knob.index(value)
+        except ValueError:
+            return (f"a record has {knob.name} = {json.dumps(value)[:40]}, "
+                    f"the space's values are {json.dumps(list(knob.choices))[:120]}")
+    return "a record names other knobs"
+
+
 def _closed(text: str) -> str:
     """A Kernel Tuner cache closed as Kernel Tuner closes one it finds open: it appends each record with a comma
     after it and the closing braces only when tuning ends, so an interrupted (or running) tuning leaves a file
@@ -105,17 +119,21 @@ class CacheObjective:
         self.source = path.name
         self._time: dict[bytes, float] = {}
         self._reason: dict[bytes, str] = {}
+        outside = ""                                      # how the first record outside the space lies outside it
         for config, time in records:
             try:
                 key = space.encode(config).tobytes()
             except (ValueError, KeyError):
-                continue                                  # outside the declared space
+                outside = outside or _outside(space, config)
+                continue
             if math.isfinite(value := as_float(time)) and value > 0:
                 self._time[key] = value
             else:
                 self._reason[key] = time if time in ERROR_MARKERS else f"ErrorConfig: {str(time)[:60]}"
         if not self._time:
-            raise SpaceError(f"cache file {path.name!r} holds no successful measurement")
+            where = f"space file {Path(space_path).name!r}" if space_path is not None else "its tune_params"
+            raise SpaceError(f"cache file {path.name!r} holds no successful measurement"
+                             + (f" of a configuration in {where}: {outside}" if outside else ""))
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
         self.name = f"cache:{digest}:{space.fingerprint}"
 
