@@ -280,3 +280,25 @@ def test_kill_9_at_random_moments_leaves_history_plan_and_backups_intact(workspa
     study = json.loads(finished.stdout)["study"]
     records = [(s["evaluations"], s["state"]) for s in json.loads(searches.stdout)["searches"] if s["study_name"] == study]
     assert records == [(30, "stopped")]                                              # ended on its budget: more resumes it
+
+
+# --- what a measuring program prints --------------------------------------------------------------------
+
+LINES = (st.text(max_size=60) | JSON.map(json.dumps) | st.builds(lambda t: json.dumps({"time": t}), JSON)
+         | st.sampled_from(["[" * 5000, "1" * 5000, "1" + "0" * 400, "NaN", "-Infinity", '{"time": 1e999}', '{"error": ""}']))
+
+
+@given(lines=st.lists(LINES, max_size=3), stderr=st.text(max_size=40))
+def test_whatever_a_program_prints_is_a_positive_time_or_a_failed_evaluation_with_a_reason(lines, stderr):
+    from tuner.objectives import ObjectiveError
+    from tuner.objectives.command import program_time
+
+    last = "\n".join(lines).strip().splitlines()[-1:]
+    try:
+        value = program_time("bench.py", "\n".join(lines), stderr)
+    except ObjectiveError as exc:
+        assert str(exc)                                                  # a reason, never an empty one
+        return
+    assert math.isfinite(value) and value > 0
+    parsed = json.loads(last[0])                                         # a time comes only from a last line that is one
+    assert value == (parsed["time"] if isinstance(parsed, dict) else parsed)

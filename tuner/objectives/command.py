@@ -45,6 +45,25 @@ CLOSE_GRACE_S = 1.0                     # seconds to wait for a run's pipes to c
 _IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.db", "*.db-*", "studies", ".pytest_cache")
 
 
+def program_time(program: str, stdout: str, stderr: str) -> float:
+    """The time (ms, positive and finite) that the last line of a run's ``stdout`` reports, as a number or
+    ``{"time": T}``; :class:`ObjectiveError` with the reason otherwise: the ``error`` of ``{"error": "why"}``, or what
+    the line was, with the end of ``stderr``."""
+    lines = stdout.strip().splitlines()
+    try:
+        result = loads(lines[-1]) if lines else None
+    except ValueError:
+        result = None
+    if isinstance(result, dict) and "error" in result:
+        raise ObjectiveError(str(result["error"])[:500] or "error")
+    value = as_float(result.get("time") if isinstance(result, dict) else result)
+    if not math.isfinite(value) or value <= 0:
+        last = lines[-1][:100] if lines else ""
+        raise ObjectiveError(f"{program} printed {last!r} as its last line, not a time (a positive number or "
+                             f"{{\"time\": T}}); stderr: {stderr.strip()[-300:]}")
+    return value
+
+
 def _why_not_started(program: Path, exc: OSError) -> str:
     """Why ``program`` did not start, in the operator's terms: the system's reason, and for a script that exists,
     what in its first line the system could not run (an interpreter that is not there, a Windows line end)."""
@@ -249,19 +268,7 @@ class ProgramObjective(_Benchmark):
 
     def _once(self, row: np.ndarray, mode: str) -> tuple[float, bool, float]:
         stdout, stderr = self._execute(self._argv, self.program, json.dumps(self.space.decode(row)))
-        lines = stdout.strip().splitlines()
-        try:
-            result = loads(lines[-1]) if lines else None
-        except ValueError:
-            result = None
-        if isinstance(result, dict) and "error" in result:
-            raise ObjectiveError(str(result["error"])[:500] or "error")
-        value = as_float(result.get("time") if isinstance(result, dict) else result)
-        if not math.isfinite(value) or value <= 0:
-            last = lines[-1][:100] if lines else ""
-            raise ObjectiveError(f"{self.program} printed {last!r} as its last line, not a time (a positive number or "
-                                 f"{{\"time\": T}}); stderr: {stderr.strip()[-300:]}")
-        return value, True, math.nan
+        return program_time(self.program, stdout, stderr), True, math.nan
 
     def report(self, plan: Config, mode: str = TIME) -> dict[str, Any]:
         result = self.evaluate(self.space.encode(plan)[None], mode)
