@@ -29,19 +29,23 @@ KEPT_PAIRS = 8              # strongest pairs whose cell means the model keeps f
 FAILURE_PRIOR = 1.0         # precision of the Gaussian prior on the failure model's weights
 NEWTON_STEPS = 25           # at most, fitting the failure model
 REFIT_GROWTH = 1.2          # refit once the evaluations have grown by this factor
+BINS = 32                   # a knob with more values is seen by pair cells and the failure model as this many runs of them
 
 
 @dataclass(frozen=True)
 class Learned:
     """``importance[j]``: variance of knob j's main effect; ``pairs``: knob pairs by interaction strength
     (strongest first, only those that explain more than noise would); ``effects`` and ``cells``: the
-    fitted main effects and the kept pairs' cell means (log-value, relative to the mean)."""
+    fitted main effects and the kept pairs' cell means (log-value, relative to the mean), a cell being a
+    pair of the knobs' bins (``bins[j][v]``: the bin of value ``v`` of knob ``j``; each value its own bin
+    unless the knob has more than ``BINS`` values)."""
 
     importance: np.ndarray
     pairs: tuple[tuple[int, int], ...]
     effects: list[np.ndarray] = field(default_factory=list)
     cells: dict[tuple[int, int], np.ndarray] = field(default_factory=dict)
     failures: Failures | None = None
+    bins: list[np.ndarray] = field(default_factory=list)
 
     def top_knobs(self, space: Space, count: int, ordinal_only: bool = True) -> tuple[int, ...]:
         """The ``count`` knobs with the largest main effects (space order when nothing is learned)."""
@@ -61,9 +65,9 @@ class Learned:
         out = np.zeros(len(idx))
         for (a, b), means in self.cells.items():
             seen = np.zeros(means.shape, dtype=bool)
-            seen[scored[:, a], scored[:, b]] = True
+            seen[self.bins[a][scored[:, a]], self.bins[b][scored[:, b]]] = True
             joint = (idx[:, a] != center[a]) & (idx[:, b] != center[b])
-            out += means.std() * (joint & ~seen[idx[:, a], idx[:, b]])
+            out += means.std() * (joint & ~seen[self.bins[a][idx[:, a]], self.bins[b][idx[:, b]]])
         return out
 
     def predict(self, idx: np.ndarray) -> np.ndarray:
@@ -71,7 +75,7 @@ class Learned:
         idx = np.asarray(idx, dtype=np.intp)
         out = _summed(self.effects, idx)
         for (a, b), means in self.cells.items():
-            out += means[idx[:, a], idx[:, b]]
+            out += means[self.bins[a][idx[:, a]], self.bins[b][idx[:, b]]]
         return out
 
 
@@ -92,24 +96,33 @@ def learn(space: Space, idx: np.ndarray, values: np.ndarray) -> Learned:
             residual -= effects[j][X[:, j]]
     importance = np.array([effects[j][X[:, j]].var() for j in range(k)])
     noise = residual.var()
+    bins = [_bins(int(size)) for size in space.sizes]
+    widths = [int(b[-1]) + 1 for b in bins]
     scored = []
-    for a, b, cells, n_cells in _pair_cells(space, X):
+    for a, b, cells, n_cells in _pair_cells(space, np.stack([bins[j][X[:, j]] for j in range(k)], axis=1), widths):
         sums, counts = np.bincount(cells, residual, minlength=n_cells), np.bincount(cells, minlength=n_cells)
         gain = (sums ** 2 / (counts + SHRINK)).sum()
         expected = noise * (counts / (counts + SHRINK)).sum()
         if gain > expected:
-            means = (sums / (counts + SHRINK)).reshape(space.sizes[a], space.sizes[b])
+            means = (sums / (counts + SHRINK)).reshape(widths[a], widths[b])
             scored.append((gain - expected, a, b, means))
     scored.sort(key=lambda item: (-item[0], item[1], item[2]))
     return Learned(importance, tuple((a, b) for _, a, b, _ in scored), effects,
-                   {(a, b): means for _, a, b, means in scored[:KEPT_PAIRS]}, failures)
+                   {(a, b): means for _, a, b, means in scored[:KEPT_PAIRS]}, failures, bins)
 
 
-def _pair_cells(space: Space, idx: np.ndarray) -> Iterator[tuple[int, int, np.ndarray, int]]:
-    """For every pair of varying knobs ``(a, b)``: each configuration's joint cell index, and the number of cells."""
+def _bins(size: int) -> np.ndarray:
+    """The bin of each of a knob's ``size`` values: its own up to ``BINS`` values, else ``BINS`` runs of neighbouring
+    positions, so that a pair of knobs with thousands of values has at most ``BINS**2`` cells, not millions."""
+    return np.arange(size) if size <= BINS else np.arange(size) * BINS // size
+
+
+def _pair_cells(space: Space, binned: np.ndarray, widths: list[int]) -> Iterator[tuple[int, int, np.ndarray, int]]:
+    """For every pair of varying knobs ``(a, b)``: each configuration's joint cell index (over the knobs' bins
+    ``binned``, ``widths`` of them each), and the number of cells."""
     for a, b in combinations(range(len(space.knobs)), 2):
         if space.sizes[a] > 1 and space.sizes[b] > 1:
-            yield a, b, idx[:, a] * space.sizes[b] + idx[:, b], int(space.sizes[a] * space.sizes[b])
+            yield a, b, binned[:, a] * widths[b] + binned[:, b], widths[a] * widths[b]
 
 
 @dataclass(frozen=True)
@@ -140,12 +153,14 @@ def _chance(log_odds: np.ndarray) -> np.ndarray:
 
 
 def _encodings(space: Space) -> list[np.ndarray]:
-    """Per knob, the feature rows of its values: one indicator per value, then the position of an
-    ordinal value (no columns for a knob with one value)."""
+    """Per knob, the feature rows of its values: one indicator per value (per bin of values, for a knob with more
+    than ``BINS``: the model's size stays bounded), then the position of an ordinal value (no columns for a knob
+    with one value)."""
     out = []
     for size, ordinal in zip(space.sizes, space.ordinal, strict=True):
         size = int(size)
-        rows = np.eye(size) if size > 1 else np.empty((1, 0))
+        bins = _bins(size)
+        rows = np.eye(int(bins[-1]) + 1)[bins] if size > 1 else np.empty((1, 0))
         out.append(np.c_[rows, np.arange(size) / (size - 1)] if size > 1 and ordinal else rows)
     return out
 

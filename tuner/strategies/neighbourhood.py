@@ -9,17 +9,47 @@ from itertools import combinations, product
 
 import numpy as np
 
-from tuner.space import Space
+from tuner.space import MAX_COUPLED_MOVES, Space
+
+PAIR_STEPS = 16                     # values a nominal knob takes in a pair move (all of them when it has no more)
 
 
-def coupled(space: Space, center: np.ndarray, groups: tuple[tuple[int, ...], ...]) -> np.ndarray:
+def _around(size: int, at: int, count: int) -> range:
+    """The ``count`` positions of a knob of ``size`` values nearest position ``at`` (all of them when ``count`` >= ``size``)."""
+    start = min(max(at - count // 2, 0), max(size - count, 0))
+    return range(start, min(start + count, size))
+
+
+def _root(value: int, degree: int) -> int:
+    """The largest integer whose ``degree``-th power is at most ``value``."""
+    root = round(value ** (1 / degree))
+    while root**degree > value:
+        root -= 1
+    while (root + 1) ** degree <= value:
+        root += 1
+    return root
+
+
+def _windows(space: Space, center: np.ndarray, knobs: list[int], limit: int) -> list[range]:
+    """The values each of ``knobs`` takes in joint moves from ``center``: all of them, or where their joint values
+    pass ``limit``, those nearest the center's (by position), each knob keeping an equal share of ``limit`` (a knob
+    with fewer values leaves the rest of its share to the others), so that a pair of knobs with thousands of values
+    each costs at most ``limit`` moves, not millions."""
+    counts, budget = {}, limit
+    for left, j in enumerate(sorted(knobs, key=lambda j: space.sizes[j])):
+        counts[j] = min(space.sizes[j], max(1, _root(budget, len(knobs) - left)))
+        budget //= counts[j]
+    return [_around(space.sizes[j], int(center[j]), counts[j]) for j in knobs]
+
+
+def coupled(space: Space, center: np.ndarray, groups: tuple[tuple[int, ...], ...], limit: int = MAX_COUPLED_MOVES) -> np.ndarray:
     """Every configuration that differs from ``center`` in two or more knobs of one of ``groups`` (knob
-    positions) and nowhere else, each knob over all its values: the joint moves of knobs that pay
-    only together."""
+    positions) and nowhere else, each knob over all its values (at most ``limit`` joint values per group:
+    those nearest the center's): the joint moves of knobs that pay only together."""
     rows = []
     for group in groups:
         knobs = list(group)
-        for values in product(*(range(space.sizes[j]) for j in knobs)):
+        for values in product(*_windows(space, center, knobs, limit)):
             row = center.copy()
             row[knobs] = values
             rows.append(row)
@@ -43,10 +73,11 @@ def singles(space: Space, center: np.ndarray, near: bool = False) -> np.ndarray:
 
 
 def pairs(space: Space, center: np.ndarray) -> np.ndarray:
-    """Every configuration that differs from ``center`` in exactly two knobs; ordinal knobs move one step."""
+    """Every configuration that differs from ``center`` in exactly two knobs; ordinal knobs move one step, nominal
+    ones to each of their values (the ``PAIR_STEPS`` nearest by position, where they have more)."""
     steps = []
     for j, size in enumerate(space.sizes):
-        values = [center[j] - 1, center[j] + 1] if space.ordinal[j] else range(size)
+        values = [center[j] - 1, center[j] + 1] if space.ordinal[j] else _around(size, int(center[j]), PAIR_STEPS + 1)
         steps.append([v for v in values if 0 <= v < size and v != center[j]])
     rows = []
     for a, b in combinations(range(len(center)), 2):
