@@ -513,16 +513,18 @@ def profile_names(space: Space, *folders: Path | None) -> list[str]:
 
 def load_profile(name: str, space: Space, *folders: Path | None) -> Profile:
     """The profile ``NAME.json`` of ``space`` from the first of ``folders`` that holds it; :class:`ProfileError` otherwise."""
-    known = ", ".join(profile_names(space, *folders))
+    def known() -> str:                                 # for an error only: it reads every profile file of the folders
+        return ", ".join(profile_names(space, *folders))
+
     try:
         check_name(name, "profile")
     except WorkspaceError as exc:
-        raise ProfileError(f"{exc}; known profiles: {known}") from None
+        raise ProfileError(f"{exc}; known profiles: {known()}") from None
     if name == WHOLE_SPACE:
         return Profile(name, "every value of every knob", tuple(tuple(range(k.size)) for k in space.knobs))
     path = next((folder / f"{name}.json" for folder in _folders(folders) if (folder / f"{name}.json").is_file()), None)
     if path is None or not path.resolve().is_relative_to(path.parent.resolve()):
-        raise ProfileError(f"unknown profile {name!r}; known profiles: {known}")
+        raise ProfileError(f"unknown profile {name!r}; known profiles: {known()}")
     try:
         data = read_json(path, "profile")
     except SpaceError as exc:
