@@ -1,8 +1,9 @@
 """``python -m tuner``: a subcommand per service function; readable output, or JSON with ``--json``.
 
 Exit status: 0 done; 1 the tool refused (the gate failed, the plan is invalid) or the objective
-failed; 2 bad input, with one clear line on stderr; 130 interrupted, with one line saying the
-progress is saved and how to resume. No user-reachable path prints a traceback.
+failed; 2 bad input, with one clear line on stderr; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM, as
+sent by ``timeout``, a job scheduler or ``kill``), each with one line saying the progress is saved and how
+to resume. No user-reachable path prints a traceback.
 """
 
 from __future__ import annotations
@@ -10,7 +11,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import signal
 import sys
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +22,7 @@ from tuner.history import HistoryError, HistoryUnavailable
 from tuner.objectives import ObjectiveError
 from tuner.plan import PlanError
 from tuner.space import ProfileError, SpaceError
-from tuner.workers import WorkersError
+from tuner.workers import Terminated, WorkersError
 from tuner.workspace import LIMITS, MAX_PATH_CHARS, OUTPUT_DIR, RESULT_PATH, WorkspaceError
 
 INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, SpaceError, HistoryUnavailable, WorkersError)
@@ -27,6 +30,18 @@ MAX_WORKERS = 256
 GLOBAL_OPTIONS = ("workspace", "history", "objective", "space", "timeout_s", "objective_repeats", "json", "command", "workers",
                   "worker_env")   # not tool arguments
 PLAN_HELP = "a fixture name, a JSON file inside the workspace (default: kernel_plan.json)"
+
+
+def _terminate(signum: int, frame: object) -> None:
+    signal.signal(signal.SIGTERM, signal.SIG_IGN)      # a second SIGTERM must not cut the saving short
+    raise Terminated
+
+
+def _stopped(command: str, exc: KeyboardInterrupt, where: str) -> int:
+    """The one line an interrupted command prints, and its exit status (128 + the signal)."""
+    how, code = ("terminated", 128 + signal.SIGTERM) if isinstance(exc, Terminated) else ("interrupted", 128 + signal.SIGINT)
+    print(f"\ntuner {command}: {how}; {where}: run the same command again to resume", file=sys.stderr)
+    return code
 
 
 def _bool(text: str) -> bool:
@@ -206,7 +221,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="tuner", description=(
         "Tune a kernel: the tensor plan (kernel_plan.json against benchmark.py, best_cycles), a measured cache (cache:PATH) "
         "or your own kernel's program over a T1 space (command:PROGRAM); lower is better. "
-        "Exit status: 0 done, 1 refused or failed, 2 bad input, 130 interrupted."))
+        "Exit status: 0 done, 1 refused or failed, 2 bad input, 130 interrupted, 143 terminated (SIGTERM)."))
     _problem_options(top, defaults=True)
     top.add_argument("--repeats", dest="objective_repeats", type=_positive(int, LIMITS["repeats"]), default=1, metavar="K",
                      help="with a command objective: runs per configuration in searches, valued by their median; every sample is kept "
@@ -296,10 +311,8 @@ def _run_workers(args: argparse.Namespace, argv: list[str]) -> int:
     except INPUT_ERRORS as exc:
         print(f"tuner {args.command}: error: {str(exc)[:MAX_PATH_CHARS * 2]}", file=sys.stderr)
         return 2
-    except KeyboardInterrupt:
-        print(f"\ntuner {args.command}: interrupted; every worker saved its progress: run the same command again to resume",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        return _stopped(args.command, exc, "every worker saved its progress")
     print(json.dumps(result, indent=2) if args.json else "\n".join(readable(result)), flush=True)
     return code
 
@@ -310,6 +323,17 @@ def _refused(command: str, result: dict[str, Any]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Run one command; its exit status. SIGTERM stops it as Ctrl-C does (while it runs, in the main thread)."""
+    if threading.current_thread() is not threading.main_thread():
+        return _command(argv)
+    previous = signal.signal(signal.SIGTERM, _terminate)
+    try:
+        return _command(argv)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _command(argv: list[str] | None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     if args.command == "mcp":
@@ -337,11 +361,8 @@ def main(argv: list[str] | None = None) -> int:
             return 0
         print(f"tuner {args.command}: failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
         return 1
-    except KeyboardInterrupt:
-        where = ctx.history_url if ctx is not None else "the history"
-        print(f"\ntuner {args.command}: interrupted; the progress is saved in {where}: run the same command again to resume",
-              file=sys.stderr)
-        return 130
+    except KeyboardInterrupt as exc:
+        return _stopped(args.command, exc, f"the progress is saved in {ctx.history_url if ctx is not None else 'the history'}")
     finally:
         if ctx is not None:
             ctx.close()

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections import Counter
@@ -23,6 +24,12 @@ ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 
 class WorkersError(ValueError):
     """A bad ``--worker-env``."""
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM arrived: the command stops as on Ctrl-C (the search saves its state, a measuring program's process
+    group is killed, temporary copies are removed). Workers are sent it in turn: unlike Ctrl-C in a terminal,
+    a ``kill`` of the first process reaches no other."""
 
 
 def slot_environments(count: int, assignments: list[str]) -> list[dict[str, str]]:
@@ -39,7 +46,8 @@ def slot_environments(count: int, assignments: list[str]) -> list[dict[str, str]
 
 def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple[dict[str, Any], int]:
     """Run ``python -m tuner ARGV`` in ``count`` worker processes and wait for all of them (an interrupt reaches
-    them too: each saves its work). The combined result, ranked in ``mode``, and the first failing exit status (else 0)."""
+    them too: each saves its work; SIGTERM is passed on). The combined result, ranked in ``mode``, and the first
+    failing exit status (else 0)."""
     environments = slot_environments(count, assignments)
     command = [sys.executable, "-m", "tuner", *argv, "--workers", "1", "--json"]
     processes = [subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True) for env in environments]
@@ -47,8 +55,10 @@ def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple
     try:
         for process in processes:
             outputs.append(process.communicate()[0])
-    except KeyboardInterrupt:
+    except KeyboardInterrupt as exc:
         for process in processes:
+            if isinstance(exc, Terminated) and process.poll() is None:
+                process.send_signal(signal.SIGTERM)
             process.wait()
         raise
     codes = [p.returncode for p in processes]

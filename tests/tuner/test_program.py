@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 from itertools import product
@@ -274,3 +276,34 @@ def test_a_sweep_measures_each_configuration_once_and_keeps_every_measurement(ke
     out = _tuner(kernel, *common, "search_plans", "--strategy", "quick", "--max-evals", "20")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["new_evaluations"] == 0 and len(log.read_text().splitlines()) == 100    # all 100 were kept
+
+
+STUCK = """import os, subprocess, sys, time
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
+open(os.path.join({log!r}, f"run-{{os.getpid()}}"), "w").write(f"{{child.pid}} {{os.getcwd()}}")
+time.sleep(600)
+"""
+
+
+@pytest.mark.parametrize("workers", [1, 2])
+def test_sigterm_stops_a_search_as_ctrl_c_does_and_leaves_no_measuring_process(kernel, tmp_path, workers):
+    """`timeout`, a job scheduler or `kill` sends SIGTERM to the tuner alone (its workers, and the programs that run in
+    process groups of their own, get nothing): every program is killed with its children, the private copies are
+    removed, the study is saved as cancelled, and the tuner exits 143 saying so."""
+    (kernel / "bench.py").write_text(STUCK.format(log=str(tmp_path)))
+    process = subprocess.Popen([sys.executable, "-m", "tuner", "--objective", "command:bench.py", "--space", "space.t1.json",
+                                "search_plans", "--max-evals", "5", "--workers", str(workers)],
+                               cwd=kernel, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    while len(list(tmp_path.glob("run-*"))) < workers and process.poll() is None:    # each worker is measuring (a state)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=0.05)
+    process.send_signal(signal.SIGTERM)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 143 and "Traceback" not in err, err
+    assert "terminated" in err.splitlines()[-1] and "resume" in err.splitlines()[-1]
+    runs = {int(run.name[4:]): run.read_text().split(" ", 1) for run in tmp_path.glob("run-*")}
+    assert len(runs) == workers
+    for program, (child, copy) in runs.items():
+        assert not running(program) and not running(int(child)) and not Path(copy).exists()
+    with sqlite3.connect(kernel / "studies" / "history.db") as connection:
+        assert connection.execute("select state from tuner_sweeps").fetchall() == [("cancelled",)]
