@@ -75,6 +75,19 @@ async def call(root: Path, server: str, tool: str, arguments: dict[str, Any], ti
     return not result.is_error, result.structured_content, text
 
 
+def _failure(exc: BaseException, timeout: float) -> str:
+    """What broke a call, plainly: the first error inside the client's task groups; a timeout names ``--timeout``."""
+    from mcp import MCPError
+    from mcp.types import REQUEST_TIMEOUT
+
+    while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
+        exc = exc.exceptions[0]
+    if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT:
+        return (f"no result within {timeout:g} s (--timeout); the call was cancelled, and a search keeps what it "
+                "scored: the same call resumes it")
+    return f"{exc.__class__.__name__}: {exc}"
+
+
 def main(root: Path, argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="mcp_call.py", description="Call one tool of a workspace MCP server.")
     parser.add_argument("--server", required=True)
@@ -99,8 +112,8 @@ def main(root: Path, argv: list[str] | None = None) -> int:
         _append(root, record | {"arguments": record.get("arguments", args.arguments[:UNPARSED_KEPT]),
                                 "duration_s": round(time.monotonic() - started, 3), "ok": False, "error": message, "summary": ""})
         return 2
-    except Exception as exc:               # the server could not start or the call broke off
-        message = f"{exc.__class__.__name__}: {exc}"
+    except Exception as exc:               # the server could not start, the call broke off or ran past --timeout
+        message = _failure(exc, args.timeout)
         print(f"mcp_call.py: error: {message}", file=sys.stderr)
         _append(root, record | {"duration_s": round(time.monotonic() - started, 3), "ok": False, "error": message, "summary": ""})
         return 1

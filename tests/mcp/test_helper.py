@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import sqlite3
 import subprocess
 import sys
 
@@ -12,8 +13,8 @@ from conftest import child_env
 HELPER = ".harnessgym/runtime/mcp_call.py"
 
 
-def call(workspace, tool, arguments="{}", server="tensor-plan-server"):
-    out = subprocess.run([sys.executable, HELPER, "--server", server, "--tool", tool, "--arguments", arguments],
+def call(workspace, tool, arguments="{}", server="tensor-plan-server", timeout="600"):
+    out = subprocess.run([sys.executable, HELPER, "--server", server, "--tool", tool, "--arguments", arguments, "--timeout", timeout],
                          cwd=workspace, capture_output=True, text=True, env=child_env(), timeout=600)
     return out.returncode, (json.loads(out.stdout) if out.stdout.strip() else None), out.stderr
 
@@ -43,6 +44,15 @@ def test_one_telemetry_record_per_call_and_exit_codes(workspace):
     first = records[0]
     assert first["server"] == "tensor-plan-server" and first["tool"] == "run_objective" and first["arguments"] == {"mode": "dev"}
     assert first["duration_s"] > 0 and "best_cycles" in first["summary"] and first["time"].endswith("+00:00")
+
+
+def test_a_call_past_its_timeout_says_so_and_the_search_is_saved_as_cancelled(workspace):
+    rc, _, err = call(workspace, "search_plans", '{"max_evals": 1000000}', timeout="10")
+    assert rc == 1 and err.startswith("mcp_call.py: error: no result within 10 s (--timeout)") and "Group" not in err, err
+    assert len(err.splitlines()) == 1 and telemetry(workspace)[-1]["error"] in err
+    with sqlite3.connect(workspace / "studies" / "history.db") as connection:
+        state, evaluations = connection.execute("select state, evaluations from tuner_sweeps").fetchone()
+    assert state == "cancelled" and evaluations > 0
 
 
 def test_seed_workflow_through_the_helper(workspace):
