@@ -76,15 +76,20 @@ async def call(root: Path, server: str, tool: str, arguments: dict[str, Any], ti
 
 
 def _failure(exc: BaseException, timeout: float) -> str:
-    """What broke a call, plainly: the first error inside the client's task groups; a timeout names ``--timeout``."""
+    """What broke a call, plainly: the first error inside the client's task groups; a timeout names ``--timeout``,
+    a server that ended or never started says so."""
     from mcp import MCPError
-    from mcp.types import REQUEST_TIMEOUT
+    from mcp.types import CONNECTION_CLOSED, REQUEST_TIMEOUT
 
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     if isinstance(exc, MCPError) and exc.code == REQUEST_TIMEOUT:
         return (f"no result within {timeout:g} s (--timeout); the call was cancelled, and a search keeps what it "
                 "scored: the same call resumes it")
+    if isinstance(exc, MCPError) and exc.code == CONNECTION_CLOSED:
+        return "the server ended before it answered (what it printed on stderr, if anything, is above)"
+    if isinstance(exc, OSError) and exc.filename is not None:
+        return f"the server cannot be started: {exc.strerror}: {exc.filename!r}"
     return f"{exc.__class__.__name__}: {exc}"
 
 

@@ -55,6 +55,18 @@ def test_a_call_past_its_timeout_says_so_and_the_search_is_saved_as_cancelled(wo
     assert state == "cancelled" and evaluations > 0
 
 
+@pytest.mark.parametrize(("edit", "message"), [
+    (("tensor_plan_server.py", "gone.py"), "the server ended before it answered (what it printed on stderr, if anything, is above)"),
+    (('"python3"', '"no-such-python"'), "the server cannot be started: No such file or directory: 'no-such-python'"),
+])
+def test_a_server_that_ends_or_cannot_start_is_named_plainly(workspace, edit, message):
+    manifest = workspace / ".harnessgym" / "mcp" / "tensor-plan-server" / "harnessgym-mcp.json"
+    manifest.write_text(manifest.read_text().replace(*edit))
+    rc, _, err = call(workspace, "run_objective")
+    assert rc == 1 and err.splitlines()[-1] == f"mcp_call.py: error: {message}", err
+    assert telemetry(workspace)[-1]["error"] == message
+
+
 def test_seed_workflow_through_the_helper(workspace):
     before = json.loads((workspace / "kernel_plan.json").read_text())
     steps = [
