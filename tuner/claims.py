@@ -59,6 +59,22 @@ def _pid_alive(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def _alive(row: Any, now: float, stale_s: float, local: str, me: str | None = None) -> bool:
+    """Whether the worker of a ``tuner_workers`` row is alive at ``now``: its heartbeat is fresh and, on this machine
+    (``local``), its process runs (``me`` is the asking worker, alive by definition)."""
+    return row.heartbeat >= now - stale_s and (row.local != local or row.worker == me or _pid_alive(row.pid))
+
+
+def studies_at_work(history: History) -> set[str]:
+    """The studies that a live worker is on now. A search recorded as running that none is on has lost its processes
+    (killed, or its machine went down) without saving its state."""
+    with history.engine.connect() as connection:
+        now = history.now(connection)
+        rows = connection.execute(select(WORKERS)).all()
+    local = _local_key()
+    return {row.study_name for row in rows if _alive(row, now, STALE_S, local)}
+
+
 @dataclass
 class Claimed:
     """The answer to a claim: items granted to this worker, held by live others, and done (by anyone)."""
@@ -92,13 +108,8 @@ class Worker:
         if not wanted:
             return set()
         now = self.history.now(connection)
-        live = set()
-        for condition in in_chunks(WORKERS.c.worker, wanted):
-            for row in connection.execute(select(WORKERS).where(condition)):
-                fresh = row.heartbeat >= now - self.stale_s
-                if fresh and (row.local != self.local or row.worker == self.id or _pid_alive(row.pid)):
-                    live.add(row.worker)
-        return live
+        rows = [row for condition in in_chunks(WORKERS.c.worker, wanted) for row in connection.execute(select(WORKERS).where(condition))]
+        return {row.worker for row in rows if _alive(row, now, self.stale_s, self.local, self.id)}
 
     def _join(self) -> int:
         """Register on the study; the slot is the lowest one no live worker of the study holds."""

@@ -142,8 +142,9 @@ class Sweep(Strict):
     strategy: str
     target: str
     mode: str
-    state: str = Field(description="running (a process is at it, or was killed at it), stopped (it ended on its budget or time), "
-                                   "cancelled, or done (converged or exhausted); all but done resume")
+    state: str = Field(description="running (a live process is at it), lost (recorded as running, but no live process is at it: "
+                                   "killed, or its machine went down), stopped (it ended on its budget or time), cancelled, "
+                                   "or done (converged or exhausted); all but done resume")
     evaluations: int
     updated: str
 

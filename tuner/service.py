@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from tuner import gate, noise
+from tuner.claims import studies_at_work
 from tuner.history import History, resolve_url
 from tuner.objectives import Objective
 from tuner.objectives.builtin import BuiltinObjective
@@ -461,7 +462,9 @@ def _profile_folders(ctx: Context) -> tuple[Path, ...]:
 def resume_search_history(ctx: Context, limit: int = 5) -> dict[str, Any]:
     """The best seeds (fixtures and history, verified in every mode) and the searches already run."""
     _positive("limit", limit, allow_none=False)
+    at_work = studies_at_work(ctx.history)
     sweeps = [{k: s[k] for k in ("study_name", "strategy", "target", "mode", "state", "evaluations", "updated")}
+              | ({"state": "lost"} if s["state"] == "running" and s["study_name"] not in at_work else {})
               for s in ctx.history.sweeps() if s["objective"] == ctx.objective.name]
     done_profiles = {s["target"].removeprefix("profile:") for s in sweeps if s["strategy"] == "exhaustive" and s["state"] == "done"}
     return {"seeds": _seeds(ctx, int(limit)), "searches": sweeps,

@@ -169,6 +169,8 @@ def test_ctrl_c_exits_130_with_one_line_and_keeps_the_progress(workspace):
     while scored() == 0 and process.poll() is None:        # wait until work is under way (a state, not a time)
         with contextlib.suppress(subprocess.TimeoutExpired):
             process.wait(timeout=0.05)
+    shown = tuner(workspace, "--json", "resume_search_history")
+    assert [search["state"] for search in json.loads(shown.stdout)["searches"]] == ["running"]    # a live worker is on it
     process.send_signal(signal.SIGINT)
     _, err = process.communicate(timeout=120)
     assert process.returncode == 130, err

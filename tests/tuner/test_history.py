@@ -120,6 +120,7 @@ def test_killed_sampler_search_keeps_its_written_work(workspace):
             break
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
+    assert _states(workspace, db) == ["lost"]          # recorded as running, and no live worker is on it
     with sqlite3.connect(db) as conn:
         assert conn.execute("pragma integrity_check").fetchone()[0] == "ok"
         cached = conn.execute("select count(*) from tuner_evaluations").fetchone()[0]
@@ -130,6 +131,13 @@ def test_killed_sampler_search_keeps_its_written_work(workspace):
     assert rerun.returncode == 0, err
     result = json.loads(out)
     assert result["evaluations"] == 1000 and result["new_evaluations"] == 1000 - recorded
+    assert _states(workspace, db) == ["stopped"]
+
+
+def _states(workspace, db):
+    """The searches' states as ``resume_search_history`` shows them."""
+    out, _ = tuner(workspace, "--history", str(db), "resume_search_history").communicate(timeout=120)
+    return [search["state"] for search in json.loads(out)["searches"]]
 
 
 def test_four_processes_share_one_history(workspace):
