@@ -37,6 +37,7 @@ MAX_KNOBS = 64
 MAX_VALUES = 10_000                   # values of one knob
 MAX_EXACT_INT = 2**53                 # integer values beyond this would be shown (Optuna, the dashboard) as other numbers
 MAX_COUPLED_MOVES = 4096              # joint values of the declared groups of coupled knobs, all together
+MAX_JSON_BYTES = 1 << 30              # JSON text of one file, once decompressed: a cache of about a million records
 
 
 class SpaceError(ValueError):
@@ -422,13 +423,21 @@ def space_from_tune_params(params: Any, keys: Any = None, name: str = "cache", s
 
 
 def read_json(path: str | Path, what: str, completed: Callable[[str], str] | None = None) -> Any:
-    """JSON of a file (``.gz`` decompressed); :class:`SpaceError` naming the file on any failure. ``completed``: for a
-    text that is not JSON, the text a writer that stopped part-way would have finished it with (tried once)."""
+    """JSON of a file (``.gz`` decompressed; at most ``MAX_JSON_BYTES`` of text); :class:`SpaceError` naming the file
+    on any failure. ``completed``: for a text that is not JSON, the text a writer that stopped part-way would have
+    finished it with (tried once)."""
     path = Path(path)
     try:
-        raw = path.read_bytes()
-        if path.suffix == ".gz":
-            raw = gzip.decompress(raw)
+        with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as file:
+            raw = file.read(MAX_JSON_BYTES + 1)                         # a compressed file can hide any size: read no further
+    except FileNotFoundError:
+        raise SpaceError(f"{what} {path.name!r} does not exist") from None
+    except (OSError, EOFError, zlib.error) as exc:
+        raise SpaceError(f"{what} {path.name!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+    if len(raw) > MAX_JSON_BYTES:
+        raise SpaceError(f"{what} {path.name!r} holds more than {MAX_JSON_BYTES >> 20} MiB of JSON"
+                         f"{' once decompressed' if path.suffix == '.gz' else ''}, the most a file may hold")
+    try:
         try:
             return loads(raw)
         except json.JSONDecodeError as exc:
@@ -438,10 +447,6 @@ def read_json(path: str | Path, what: str, completed: Callable[[str], str] | Non
                 return loads(completed(raw.decode("utf-8-sig")))          # as json.loads reads bytes: a BOM is allowed
             except json.JSONDecodeError:
                 raise exc from None
-    except FileNotFoundError:
-        raise SpaceError(f"{what} {path.name!r} does not exist") from None
-    except (OSError, EOFError, zlib.error) as exc:
-        raise SpaceError(f"{what} {path.name!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
     except ValueError as exc:                                           # not JSON, not UTF-8, or more than the parser holds
         raise SpaceError(f"{what} {path.name!r} is not valid JSON: {getattr(exc, 'msg', exc)}") from None
 

@@ -6,6 +6,7 @@ import gzip
 import json
 import subprocess
 import sys
+import zlib
 from collections import Counter
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
@@ -219,6 +220,27 @@ def test_bad_caches_exit_2_with_one_line_and_write_nothing(tmp_path, content, fr
     assert out.returncode == 2 and fragment in out.stderr, out.stderr
     assert len(out.stderr.strip().splitlines()) == 1 and "Traceback" not in out.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
+def test_a_file_is_read_only_up_to_its_bound_even_when_its_compressed_form_is_small(tmp_path, monkeypatch):
+    """A few kB of gzip can hold gigabytes (a "zip bomb"): no more than the bound is ever decompressed, and a file
+    past it is refused by name; one at the bound is read."""
+    import tuner.space
+
+    monkeypatch.setattr(tuner.space, "MAX_JSON_BYTES", 1 << 20)
+    cache = json.dumps({"tune_params": {"bx": [32, 64]}, "tune_params_keys": ["bx"], "cache": {"32": {"bx": 32, "time": 1.5}}})
+    at_bound = cache.encode().ljust(1 << 20)                                 # trailing spaces: still one JSON object
+    (tmp_path / "fits.json.gz").write_bytes(gzip.compress(at_bound))
+    assert CacheObjective(tmp_path / "fits.json.gz").space.names == ("bx",)
+    packer, spaces = zlib.compressobj(9, zlib.DEFLATED, 31), b" " * (1 << 20)                # 31: the gzip format
+    bomb = packer.compress(at_bound) + b"".join(packer.compress(spaces) for _ in range(256)) + packer.flush()
+    (tmp_path / "bomb.json.gz").write_bytes(bomb)                                          # 256 kB of gzip, 257 MiB of text
+    (tmp_path / "big.json").write_bytes(at_bound + b" ")
+    assert (tmp_path / "bomb.json.gz").stat().st_size < 1 << 20
+    with pytest.raises(SpaceError, match=r"^cache file 'bomb\.json\.gz' holds more than 1 MiB of JSON once decompressed, the most"):
+        CacheObjective(tmp_path / "bomb.json.gz")
+    with pytest.raises(SpaceError, match=r"^cache file 'big\.json' holds more than 1 MiB of JSON, the most a file may hold$"):
+        CacheObjective(tmp_path / "big.json")
 
 
 def _left_open(tune_params: dict, records: dict[tuple, object]) -> str:
