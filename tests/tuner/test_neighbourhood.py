@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import tempfile
 from pathlib import Path
 
@@ -22,7 +23,7 @@ from tuner.space import space_from_t1
 from tuner.strategies import checkpoint
 from tuner.strategies.checkpoint import LIKELY_TO_FAIL, climb, step_neighbours
 from tuner.strategies.interactions import learn
-from tuner.strategies.neighbourhood import coupled, grid, pairs, repairs, singles
+from tuner.strategies.neighbourhood import coupled, grid, nearest_feasible, pairs, repairs, singles
 
 POSITION = SPACE.position
 
@@ -232,6 +233,28 @@ def test_the_model_of_knobs_with_thousands_of_values_stays_bounded_and_still_lea
     assert model.failure(np.array([[2900, 10]]))[0] > LIKELY_TO_FAIL > model.failure(np.array([[100, 10]]))[0]
     unseen = np.random.default_rng(1).integers(0, 2000, size=(400, 2)).astype(np.int16)   # values seen once or never
     assert np.corrcoef(model.predict(unseen), np.log(value(unseen)))[0, 1] > 0.25         # what pays together: the cells
+
+
+def test_a_local_search_from_a_start_that_the_restrictions_rule_out_far_around_starts_from_the_nearest_allowed_one(tmp_path):
+    """A space's default may break its own restrictions (dedispersion's T1 file does). Where no single, repaired or pair
+    move leaves it (a product of six knobs must reach 2**33, and the default is every knob's first value), the
+    climb starts again from the nearest allowed configuration that draws find, and climbs to the optimum."""
+    values = [2**e for e in range(8)]
+    knobs = {f"k{j}": values for j in range(6)}
+    allowed = [c for c in itertools.product(range(8), repeat=6) if sum(c) >= 33]
+    records = {tuple(2**e for e in c): 1.0 + sum(abs(e - 6) for e in c) / 10 for c in allowed}      # best: every knob 2**6
+    t1 = {"ConfigurationSpace": {"TuningParameters": [{"Name": k, "Values": v} for k, v in knobs.items()],
+                                 "Conditions": [{"Expression": "k0*k1*k2*k3*k4*k5 >= 2**33"}]}}
+    (tmp_path / "space.t1.json").write_text(json.dumps(t1))
+    objective = CacheObjective(toy_cache(tmp_path, records, tune_params=knobs), tmp_path / "space.t1.json")
+    start = objective.space.default()
+    assert start.tolist() == [0] * 6 and not objective.feasible(start[None])[0]
+    nearest = nearest_feasible(objective.space, start, objective.feasible, np.random.default_rng(0))
+    assert objective.feasible(nearest[None])[0] and sum(nearest) == 33           # as near as allowed: no more than needed
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), objective,
+                    Spec(strategy="checkpoint", mode="time", max_evals=300, start=tuple(start.tolist())))
+    outcome = checkpoint.run(search)
+    assert outcome.best is not None and outcome.best.value == 1.0
 
 
 def test_pairs_move_two_knobs_ordinal_ones_one_step():

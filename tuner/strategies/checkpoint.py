@@ -22,7 +22,7 @@ import numpy as np
 
 from tuner.search import Outcome, Search
 from tuner.strategies.interactions import learned
-from tuner.strategies.neighbourhood import combined, coupled, grid, pairs, repairs, singles
+from tuner.strategies.neighbourhood import combined, coupled, grid, nearest_feasible, pairs, repairs, singles
 
 PHASES = ("combined", "pair", "grid")
 STEP_BATCH = 4                      # neighbours scored per step; the first improvement among them is taken
@@ -133,5 +133,10 @@ def climb(search: Search, start: np.ndarray, phases: tuple[str, ...] = PHASES, p
 def run(search: Search) -> Outcome:
     if search.spec.start is None:
         raise ValueError("checkpoint needs a start plan or fixture")
-    stopped = climb(search, np.array(search.spec.start, dtype=np.int16))
+    start = np.array(search.spec.start, dtype=np.int16)
+    stopped = climb(search, start)
+    if not search.top() and not search.objective.feasible(start[None])[0]:     # ruled out, and so is all around it
+        nearest = nearest_feasible(search.space, start, search.objective.feasible, np.random.default_rng(search.seed))
+        if nearest is not None:
+            stopped = climb(search, nearest)
     return search.finish(search.top(), stopped)

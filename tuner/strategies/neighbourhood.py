@@ -135,3 +135,24 @@ def repairs(space: Space, center: np.ndarray, moves: np.ndarray, feasible: Calla
     nearest = np.full(len(moves) * len(center), np.iinfo(np.int64).max)
     np.minimum.at(nearest, key[ok], distance[ok])
     return out[ok & (distance == nearest[key])]
+
+
+NEAREST_DRAWS = 4096                # configurations drawn per level of kept values when looking for the nearest feasible one
+
+
+def nearest_feasible(space: Space, start: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray],
+                     rng: np.random.Generator) -> np.ndarray | None:
+    """A feasible configuration near ``start``, for a start that a space's restrictions rule out and that no
+    neighbourhood leaves (a limit on a product of several knobs, say): among draws that keep each of its values
+    with falling chance (90% to none), the nearest feasible one of the first level that has one (knobs changed,
+    plus each ordinal change as a share of its knob's range). ``None`` when no draw is feasible."""
+    start = np.asarray(start, dtype=np.int16)
+    for keep in (0.9, 0.75, 0.5, 0.25, 0.0):
+        drawn = np.stack([rng.integers(0, size, NEAREST_DRAWS) for size in space.sizes], axis=1).astype(np.int16)
+        rows = np.where(rng.random(drawn.shape) < keep, start, drawn)
+        rows = rows[feasible(rows)]
+        if len(rows):
+            shift = np.abs(rows.astype(np.int64) - start) / np.maximum(space.sizes - 1, 1)
+            distance = (rows != start).sum(axis=1) + np.where(space.ordinal, shift, 0).sum(axis=1)
+            return rows[int(np.argmin(distance))]
+    return None
