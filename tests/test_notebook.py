@@ -23,3 +23,4 @@ def test_the_walkthrough_executes_with_the_reports_figures_inline():
     plots = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
     assert len(plots) == 6
     assert any("dev best_cycles:" in o.get("text", "") for o in outputs)
+    assert any(" of the optimum" in o.get("text", "") and "100 evaluations" in o.get("text", "") for o in outputs)   # the cache
