@@ -2,13 +2,14 @@
 
 Exit status: 0 done; 1 the tool refused (the gate failed, the plan is invalid) or the objective
 failed; 2 bad input, with one clear line on stderr; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM, as
-sent by ``timeout``, a job scheduler or ``kill``), each with one line saying the progress is saved and how
-to resume. No user-reachable path prints a traceback.
+sent by ``timeout``, a job scheduler or ``kill``), 129 hung up (SIGHUP: the terminal or SSH session closed),
+each with one line saying the progress is saved and how to resume. No user-reachable path prints a traceback.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -32,16 +33,22 @@ GLOBAL_OPTIONS = ("workspace", "history", "objective", "space", "timeout_s", "ob
 PLAN_HELP = "a fixture name, a JSON file inside the workspace (default: kernel_plan.json)"
 
 
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)      # stop a command as Ctrl-C does
+
+
 def _terminate(signum: int, frame: object) -> None:
-    signal.signal(signal.SIGTERM, signal.SIG_IGN)      # a second SIGTERM must not cut the saving short
-    raise Terminated
+    for stop in STOP_SIGNALS:                       # a second signal must not cut the saving short
+        signal.signal(stop, signal.SIG_IGN)
+    raise Terminated(signum)
 
 
 def _stopped(command: str, exc: KeyboardInterrupt, where: str) -> int:
     """The one line an interrupted command prints, and its exit status (128 + the signal)."""
-    how, code = ("terminated", 128 + signal.SIGTERM) if isinstance(exc, Terminated) else ("interrupted", 128 + signal.SIGINT)
-    print(f"\ntuner {command}: {how}; {where}: run the same command again to resume", file=sys.stderr)
-    return code
+    signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+    how = f"terminated by {signal.Signals(signum).name}" if isinstance(exc, Terminated) else "interrupted"
+    with contextlib.suppress(OSError):              # after SIGHUP the terminal may be gone
+        print(f"\ntuner {command}: {how}; {where}: run the same command again to resume", file=sys.stderr)
+    return 128 + signum
 
 
 def _bool(text: str) -> bool:
@@ -221,7 +228,7 @@ def parser() -> argparse.ArgumentParser:
     top = argparse.ArgumentParser(prog="tuner", description=(
         "Tune a kernel: the tensor plan (kernel_plan.json against benchmark.py, best_cycles), a measured cache (cache:PATH) "
         "or your own kernel's program over a T1 space (command:PROGRAM); lower is better. "
-        "Exit status: 0 done, 1 refused or failed, 2 bad input, 130 interrupted, 143 terminated (SIGTERM)."))
+        "Exit status: 0 done, 1 refused or failed, 2 bad input, 130 interrupted, 143 terminated (SIGTERM), 129 hung up (SIGHUP)."))
     _problem_options(top, defaults=True)
     top.add_argument("--repeats", dest="objective_repeats", type=_positive(int, LIMITS["repeats"]), default=1, metavar="K",
                      help="with a command objective: runs per configuration in searches, valued by their median; every sample is kept "
@@ -323,14 +330,15 @@ def _refused(command: str, result: dict[str, Any]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; its exit status. SIGTERM stops it as Ctrl-C does (while it runs, in the main thread)."""
+    """Run one command; its exit status. SIGTERM and SIGHUP stop it as Ctrl-C does (while it runs, in the main thread)."""
     if threading.current_thread() is not threading.main_thread():
         return _command(argv)
-    previous = signal.signal(signal.SIGTERM, _terminate)
+    previous = {stop: signal.signal(stop, _terminate) for stop in STOP_SIGNALS}
     try:
         return _command(argv)
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for stop, handler in previous.items():
+            signal.signal(stop, handler)
 
 
 def _command(argv: list[str] | None) -> int:

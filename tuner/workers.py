@@ -11,7 +11,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import signal
 import subprocess
 import sys
 from collections import Counter
@@ -27,9 +26,13 @@ class WorkersError(ValueError):
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM arrived: the command stops as on Ctrl-C (the search saves its state, a measuring program's process
-    group is killed, temporary copies are removed). Workers are sent it in turn: unlike Ctrl-C in a terminal,
-    a ``kill`` of the first process reaches no other."""
+    """Signal ``signum`` (SIGTERM, SIGHUP) arrived: the command stops as on Ctrl-C (the search saves its state, a
+    measuring program's process group is killed, temporary copies are removed). Workers are sent it in turn:
+    unlike Ctrl-C in a terminal, a ``kill`` of the first process reaches no other."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signum)
+        self.signum = signum
 
 
 def slot_environments(count: int, assignments: list[str]) -> list[dict[str, str]]:
@@ -46,7 +49,7 @@ def slot_environments(count: int, assignments: list[str]) -> list[dict[str, str]
 
 def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple[dict[str, Any], int]:
     """Run ``python -m tuner ARGV`` in ``count`` worker processes and wait for all of them (an interrupt reaches
-    them too: each saves its work; SIGTERM is passed on). The combined result, ranked in ``mode``, and the first
+    them too: each saves its work; SIGTERM and SIGHUP are passed on). The combined result, ranked in ``mode``, and the first
     failing exit status (else 0)."""
     environments = slot_environments(count, assignments)
     command = [sys.executable, "-m", "tuner", *argv, "--workers", "1", "--json"]
@@ -58,7 +61,7 @@ def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple
     except KeyboardInterrupt as exc:
         for process in processes:
             if isinstance(exc, Terminated) and process.poll() is None:
-                process.send_signal(signal.SIGTERM)
+                process.send_signal(exc.signum)
             process.wait()
         raise
     codes = [p.returncode for p in processes]

@@ -285,22 +285,23 @@ time.sleep(600)
 """
 
 
-@pytest.mark.parametrize("workers", [1, 2])
-def test_sigterm_stops_a_search_as_ctrl_c_does_and_leaves_no_measuring_process(kernel, tmp_path, workers):
+@pytest.mark.parametrize(("stop", "workers"), [(signal.SIGTERM, 1), (signal.SIGTERM, 2), (signal.SIGHUP, 1)])
+def test_sigterm_or_sighup_stops_a_search_as_ctrl_c_does_and_leaves_no_measuring_process(kernel, tmp_path, stop, workers):
     """`timeout`, a job scheduler or `kill` sends SIGTERM to the tuner alone (its workers, and the programs that run in
-    process groups of their own, get nothing): every program is killed with its children, the private copies are
-    removed, the study is saved as cancelled, and the tuner exits 143 saying so."""
+    process groups of their own, get nothing), and so does a closed SSH session its SIGHUP: every program is killed
+    with its children, the private copies are removed, the study is saved as cancelled, and the tuner exits 128 + the
+    signal's number saying so."""
     (kernel / "bench.py").write_text(STUCK.format(log=str(tmp_path)))
     process = subprocess.Popen([sys.executable, "-m", "tuner", "--objective", "command:bench.py", "--space", "space.t1.json",
-                                "search_plans", "--max-evals", "5", "--workers", str(workers)],
+                                "--timeout-s", "3600", "search_plans", "--max-evals", "100", "--workers", str(workers)],
                                cwd=kernel, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    while len(list(tmp_path.glob("run-*"))) < workers and process.poll() is None:    # each worker is measuring (a state)
-        with contextlib.suppress(subprocess.TimeoutExpired):
+    while len(list(tmp_path.glob("run-*"))) < workers and process.poll() is None:    # each worker is measuring (a state):
+        with contextlib.suppress(subprocess.TimeoutExpired):                        # no run ends on its own, none times out
             process.wait(timeout=0.05)
-    process.send_signal(signal.SIGTERM)
+    process.send_signal(stop)
     _, err = process.communicate(timeout=120)
-    assert process.returncode == 143 and "Traceback" not in err, err
-    assert "terminated" in err.splitlines()[-1] and "resume" in err.splitlines()[-1]
+    assert process.returncode == 128 + stop and "Traceback" not in err, err
+    assert f"terminated by {stop.name}" in err.splitlines()[-1] and "resume" in err.splitlines()[-1]
     runs = {int(run.name[4:]): run.read_text().split(" ", 1) for run in tmp_path.glob("run-*")}
     assert len(runs) == workers
     for program, (child, copy) in runs.items():
