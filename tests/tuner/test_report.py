@@ -62,6 +62,7 @@ def test_report_of_a_cache_leaves_out_what_does_not_apply(tmp_path):
     assert "trace" not in out["sections"] and "scatter" not in out["sections"] and "convergence" in out["sections"]
     text = (tmp_path / out["path"]).read_text()
     assert "Where the cycles go" not in text and "Marginal: bx" in text
+    assert f"<h1>Tuning report: cache {cache.name} ({ctx.objective.name})</h1>" in text      # named as the user knows it
     ctx.close()
 
 

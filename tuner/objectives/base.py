@@ -52,10 +52,11 @@ class ObjectiveError(RuntimeError):
 
 class Objective(Protocol):
     """Scores configurations of ``space``. ``name`` identifies it in the history cache (it changes when
-    the scorer does); ``modes`` are its modes, the first the search objective and a second, where
-    there is one, the held-out authority the gate checks."""
+    the scorer does); ``label`` is what a person calls it (the report's title); ``modes`` are its modes,
+    the first the search objective and a second, where there is one, the held-out authority the gate checks."""
 
     name: str
+    label: str
     space: Space
     modes: tuple[str, ...]
 

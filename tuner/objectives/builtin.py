@@ -34,6 +34,7 @@ class BuiltinObjective:
 
     def __init__(self) -> None:
         self.name = f"builtin:{_task_version()}"
+        self.label = "the tensor plan (built-in model)"
 
     def feasible(self, idx: np.ndarray) -> np.ndarray:
         return feasible(np.asarray(idx), suite("dev") + suite("final"))

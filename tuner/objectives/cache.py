@@ -117,6 +117,7 @@ class CacheObjective:
             space = declared
         self.space = space
         self.source = path.name
+        self.label = f"cache {path.name}"
         self._time: dict[bytes, float] = {}
         self._reason: dict[bytes, str] = {}
         outside = ""                                      # how the first record outside the space lies outside it

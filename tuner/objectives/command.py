@@ -221,6 +221,7 @@ class CommandObjective(_Benchmark):
             raise ObjectiveError(f"no benchmark.py in workspace {str(self.workspace)!r}")
         self.python = python
         self.name = self._named(script.read_bytes())
+        self.label = "the tensor plan (the workspace's benchmark.py)"
 
     def feasible(self, idx: np.ndarray) -> np.ndarray:
         return np.ones(len(idx), dtype=bool)          # the benchmark itself says which plans cannot run
@@ -265,6 +266,7 @@ class ProgramObjective(_Benchmark):
         self.space, self.program = space, argv[0]
         self._argv = [sys.executable, *argv] if argv[0].endswith(".py") else [os.path.join(".", *Path(argv[0]).parts), *argv[1:]]
         self.name = self._named(program.read_bytes() + "\0".join(["", *argv[1:], space.fingerprint]).encode())
+        self.label = "program " + " ".join(argv)[:200]
 
     def _once(self, row: np.ndarray, mode: str) -> tuple[float, bool, float]:
         stdout, stderr = self._execute(self._argv, self.program, json.dumps(self.space.decode(row)))
