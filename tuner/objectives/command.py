@@ -68,7 +68,8 @@ def _why_not_started(program: Path, exc: OSError) -> str:
     """Why ``program`` did not start, in the operator's terms: the system's reason, and for a script that exists,
     what in its first line the system could not run (an interpreter that is not there, a Windows line end)."""
     try:
-        first = program.read_bytes()[:200].partition(b"\n")[0] if program.is_file() else b""
+        with program.open("rb") as file:                  # a compiled benchmark may be large: its first line is enough
+            first = file.read(200).partition(b"\n")[0]
     except OSError:
         first = b""
     if exc.errno == errno.ENOENT and first.startswith(b"#!"):
