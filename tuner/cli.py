@@ -44,8 +44,8 @@ def _terminate(signum: int, frame: object) -> None:
 
 def _stopped(command: str, exc: KeyboardInterrupt, where: str) -> int:
     """The one line an interrupted command prints, and its exit status (128 + the signal)."""
-    signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
-    how = f"terminated by {signal.Signals(signum).name}" if isinstance(exc, Terminated) else "interrupted"
+    signum, how = ((exc.signum, f"terminated by {signal.Signals(exc.signum).name}") if isinstance(exc, Terminated)
+                   else (signal.SIGINT, "interrupted"))
     with contextlib.suppress(OSError):              # after SIGHUP the terminal may be gone
         print(f"\ntuner {command}: {how}; {where}: run the same command again to resume", file=sys.stderr)
     return 128 + signum

@@ -12,6 +12,7 @@ import numpy as np
 from tuner.space import MAX_COUPLED_MOVES, Space
 
 PAIR_STEPS = 16                     # values a nominal knob takes in a pair move (all of them when it has no more)
+NEAREST_DRAWS = 4096                # configurations drawn per level of kept values when looking for the nearest feasible one
 
 
 def _around(size: int, at: int, count: int) -> range:
@@ -135,9 +136,6 @@ def repairs(space: Space, center: np.ndarray, moves: np.ndarray, feasible: Calla
     nearest = np.full(len(moves) * len(center), np.iinfo(np.int64).max)
     np.minimum.at(nearest, key[ok], distance[ok])
     return out[ok & (distance == nearest[key])]
-
-
-NEAREST_DRAWS = 4096                # configurations drawn per level of kept values when looking for the nearest feasible one
 
 
 def nearest_feasible(space: Space, start: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray],
