@@ -195,9 +195,9 @@ def main() -> None:
         sleeping, model = _workspace(root, True), _workspace(root, False)
         with cluster() as server:
             urls = {"SQLite": lambda name: f"sqlite:///{root / name}.db",
-                    "PostgreSQL": lambda name: create_database(server, name)}
+                    "PostgreSQL": lambda name: create_database(server.url, name)}
             throughput(urls, sleeping, args.workers, args.seconds)
-            crowd(create_database(server, "crowd"), model, args.crowd, args.kills)
+            crowd(create_database(server.url, "crowd"), model, args.crowd, args.kills)
         blas_threads(root, model, 4, args.seconds)
     finally:
         shutil.rmtree(root, ignore_errors=True)

@@ -185,5 +185,5 @@ def postgres_url(postgres_server):
     from postgres_cluster import create_database, drop_database
 
     name = f"t_{uuid.uuid4().hex[:12]}"
-    yield create_database(postgres_server, name)
-    drop_database(postgres_server, name)
+    yield create_database(postgres_server.url, name)
+    drop_database(postgres_server.url, name)

@@ -27,10 +27,11 @@ from typing import Any
 
 from sqlalchemy import Connection, and_, select
 
-from tuner.history import CLAIMS, MEMBERS, SWEEPS, WORKERS, History, in_chunks, put_sweep
+from tuner.history import CLAIMS, MEMBERS, OUTAGE_S, SWEEPS, WORKERS, History, in_chunks, outlasting_outages, put_sweep
 
 HEARTBEAT_S = 10.0                  # how often a worker says it is alive
-STALE_S = 60.0                      # a worker silent this long is dead (its claims are free)
+STALE_S = 2 * OUTAGE_S              # a worker silent this long is dead (its claims are free); one that waited out a failing
+                                    # database (OUTAGE_S) is not taken for dead
 
 
 def _local_key() -> str:
@@ -111,6 +112,7 @@ class Worker:
         rows = [row for condition in in_chunks(WORKERS.c.worker, wanted) for row in connection.execute(select(WORKERS).where(condition))]
         return {row.worker for row in rows if _alive(row, now, self.stale_s, self.local, self.id)}
 
+    @outlasting_outages
     def _join(self) -> int:
         """Register on the study; the slot is the lowest one no live worker of the study holds."""
         with self.history.engine.begin() as connection:
@@ -157,6 +159,7 @@ class Worker:
         if added:
             put_sweep(connection, {**self.sweep, "study_name": self.study_name, "evaluations": self.evaluations})
 
+    @outlasting_outages
     def claim(self, items: list[tuple[str, int, list[int] | None]], budget: int) -> Claimed:
         """Claim ``(item, size, plan)`` in order. A new item is granted while the study's evaluations plus its
         ``size`` stay within ``budget``; one held by a dead worker is taken over (it was counted when first claimed)."""
@@ -195,6 +198,7 @@ class Worker:
             self._add(connection, added)
         return out
 
+    @outlasting_outages
     def unfinished(self) -> tuple[list[list[int]], int]:
         """Plan claims of the study not done: the plans of those whose workers are dead (to redo), and how many
         live workers are still scoring."""
@@ -207,6 +211,7 @@ class Worker:
 
     # --- ranges of a profile (exhaustive) ---------------------------------------------------
 
+    @outlasting_outages
     def claim_range(self, total: int, size: int) -> tuple[int, int] | bool | None:
         """The next range of plans ``[start, stop)`` of a profile of ``total`` for this worker: a dead worker's
         first, else ``size`` more from the end of the claimed ones. ``None``: every range is claimed and done;
@@ -219,7 +224,7 @@ class Worker:
             live = self._live(connection, [w for _, _, w in held])
             self._count(connection)
             for item, n, worker in held:
-                if worker not in live:
+                if worker not in live or worker == self.id:      # this worker's own: a claim whose commit it did not hear of
                     connection.execute(CLAIMS.update().where(CLAIMS.c.study_name == self.study_name, CLAIMS.c.item == item)
                                        .values(worker=self.id))
                     start = int(item.removeprefix("range:"))
@@ -235,12 +240,14 @@ class Worker:
             self._add(connection, stop - start)
         return start, stop
 
+    @outlasting_outages
     def complete_range(self, start: int, best: list[dict[str, Any]]) -> None:
         """Range ``start`` is scored: its best plans are its result."""
         with self.history.engine.begin() as connection:
             connection.execute(CLAIMS.update().where(and_(CLAIMS.c.study_name == self.study_name, CLAIMS.c.item == _range(start)))
                                .values(state="done", result=json.dumps(best)))
 
+    @outlasting_outages
     def range_results(self) -> list[dict[str, Any]]:
         """The best plans of every done range of the study, in profile order."""
         with self.history.engine.connect() as connection:

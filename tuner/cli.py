@@ -18,6 +18,8 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from sqlalchemy.exc import SQLAlchemyError
+
 from tuner import service, workers
 from tuner.history import HistoryError, HistoryUnavailable
 from tuner.objectives import ObjectiveError
@@ -363,11 +365,12 @@ def _command(argv: list[str] | None) -> int:
     except INPUT_ERRORS as exc:
         print(f"tuner {args.command}: error: {str(exc)[:MAX_PATH_CHARS * 2]}", file=sys.stderr)
         return 2
-    except (ObjectiveError, HistoryError, OSError) as exc:
+    except (ObjectiveError, HistoryError, SQLAlchemyError, OSError) as exc:
         if isinstance(exc, BrokenPipeError):           # the reader (head, less) stopped reading: nothing is lost
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
-        print(f"tuner {args.command}: failed: {exc.__class__.__name__}: {exc}", file=sys.stderr)
+        words = (str(exc).strip().splitlines() or [""])[0]        # SQLAlchemy's: its first line, not the SQL after it
+        print(f"tuner {args.command}: failed: {exc.__class__.__name__}: {words}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
         return _stopped(args.command, exc, f"the progress is saved in {ctx.history_url if ctx is not None else 'the history'}")

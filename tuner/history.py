@@ -12,6 +12,7 @@ committed batch intact and several processes can share one file.
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -47,7 +48,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool, StaticPool
 
 from tuner.objectives.base import Evaluations, Objective
@@ -109,13 +110,15 @@ _STUDIES, _TRIALS = models.StudyModel.__table__, models.TrialModel.__table__    
 _VALUES, _ATTRS = models.TrialValueModel.__table__, models.TrialUserAttributeModel.__table__
 _IN_CHUNK = 500                                         # plan hashes per IN (...) query
 _SCHEMA_LOCK = 7_461_010                                # PostgreSQL advisory lock key held while the schema is created
+OUTAGE_S = 30.0                 # how long a read or write is tried again while the database fails (a restart, a failover, a full disk)
 T = TypeVar("T")
+F = TypeVar("F", bound=Callable[..., Any])
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
 class HistoryError(RuntimeError):
-    """The history database cannot be written."""
+    """The history database cannot be written, or has failed for longer than ``OUTAGE_S``."""
 
 
 class HistoryUnavailable(HistoryError, ValueError):
@@ -179,6 +182,35 @@ def _retry(action: Callable[[], T], errors: tuple[type[Exception], ...], attempt
         except errors:
             time.sleep(pause_s * (attempt + 1))
     return action()
+
+
+def outlasting_outages(method: F) -> F:
+    """``method`` (of a :class:`History`, or of an object with a ``history``; one transaction or one read) run again
+    from its start while the database fails, for up to ``OUTAGE_S``: a server that restarts or fails over, a disk
+    that is full for a while. A failed transaction left nothing behind, so running it again is safe. Past that, a
+    :class:`HistoryError` that names the history and the database's words."""
+    @functools.wraps(method)
+    def outlasting(self: Any, *args: Any, **kwargs: Any) -> Any:
+        history: History = self if isinstance(self, History) else self.history
+        say = history.log or (lambda line: None)
+        started, pause = time.monotonic(), 0.0
+        while True:
+            try:
+                result = method(self, *args, **kwargs)
+            except (OperationalError, InterfaceError) as exc:
+                words = (str(exc.orig or exc).strip().splitlines() or [""])[0][:300]
+                pause = min(2 * pause, 2.0) if pause else 0.05
+                if time.monotonic() + pause > started + OUTAGE_S:
+                    raise HistoryError(f"the history {_safe(history.url)} kept failing for {OUTAGE_S:g} s ({words}); what was "
+                                       "saved before stays, and the same command resumes the search") from None
+                if pause == 0.05:
+                    say(f"the history {_safe(history.url)} failed ({words}); trying again for up to {OUTAGE_S:g} s")
+                time.sleep(pause)
+                continue
+            if pause:
+                say(f"the history {_safe(history.url)} answers again, after {time.monotonic() - started:.1f} s")
+            return result
+    return outlasting  # type: ignore[return-value]
 
 
 def in_chunks(column: Any, values: list[str]) -> Iterator[Any]:
@@ -249,10 +281,11 @@ def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
 class History:
     """The history database at ``url`` (created on first use). ``read_only``: nothing is ever written, and a
     SQLite file that does not exist yet, or a database no tuner wrote to (another tool's Optuna studies only),
-    reads as an empty history (it is neither created nor changed)."""
+    reads as an empty history (it is neither created nor changed). ``log`` hears of a database that fails for a while
+    (see :func:`outlasting_outages`)."""
 
-    def __init__(self, url: str, read_only: bool = False) -> None:
-        self.url, self.read_only = url, read_only
+    def __init__(self, url: str, read_only: bool = False, log: Callable[[str], None] | None = None) -> None:
+        self.url, self.read_only, self.log = url, read_only, log
         self.sqlite = url.startswith("sqlite")
         if self.sqlite and not read_only and _in_memory(url):
             raise HistoryUnavailable(f"cannot write history {url[:200]!r}: an in-memory database is one per connection pool, so "
@@ -332,6 +365,7 @@ class History:
 
     # --- evaluation cache -------------------------------------------------------------------
 
+    @outlasting_outages
     def cached(self, objective: str, mode: str, hashes: Iterable[str] | None = None) -> dict[str, Row]:
         """Cached evaluations of ``objective`` in ``mode`` (all, or those of ``hashes``)."""
         query = select(EVALUATIONS).where(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode)
@@ -345,6 +379,7 @@ class History:
                 rows |= {r.plan_hash: _row(r) for r in connection.execute(q)}
         return rows
 
+    @outlasting_outages
     def best_cached(self, objective: str, mode: str, limit: int) -> list[Row]:
         """The ``limit`` best correct evaluations of ``objective`` in ``mode`` (one query; ties by plan hash)."""
         query = (select(EVALUATIONS).where(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode,
@@ -353,6 +388,7 @@ class History:
         with self.engine.connect() as connection:
             return [_row(r) for r in connection.execute(query)]
 
+    @outlasting_outages
     def sample(self, objective: str, mode: str, limit: int) -> list[Row]:
         """Up to ``limit`` evaluations of ``objective`` in ``mode``, by plan hash: a fixed pseudo-random sample (one query)."""
         query = (select(EVALUATIONS).where(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode)
@@ -360,6 +396,7 @@ class History:
         with self.engine.connect() as connection:
             return [_row(r) for r in connection.execute(query)]
 
+    @outlasting_outages
     def paired(self, objective: str, first: str, second: str, limit: int) -> list[tuple[float | None, bool, float | None, bool]]:
         """``(value, correct)`` in ``first`` and in ``second`` of up to ``limit`` plans scored in both modes (one query)."""
         a, b = EVALUATIONS.alias("a"), EVALUATIONS.alias("b")
@@ -388,6 +425,7 @@ class History:
         return _retry(lambda: optuna.create_study(storage=self.storage, study_name=name, direction="minimize", load_if_exists=True),
                       (SQLAlchemyError, optuna.exceptions.StorageInternalError), attempts=20, pause_s=0.1)
 
+    @outlasting_outages
     def study_names(self) -> list[str]:
         """Every study's name, oldest first (one query)."""
         with self.engine.connect() as connection:
@@ -400,6 +438,7 @@ class History:
         except KeyError:
             return []
 
+    @outlasting_outages
     def outcomes(self, name: str) -> list[tuple[str, float | None]]:
         """``(plan_hash, value)`` of every evaluation study ``name`` saw, in order; ``None`` where infeasible or
         incorrect (one query). Complete even where the study's Optuna trials are thinned for the dashboard."""
@@ -407,6 +446,7 @@ class History:
         with self.engine.connect() as connection:
             return [(h, v) for h, v in connection.execute(query)]
 
+    @outlasting_outages
     def members(self, name: str, objective: str, mode: str, after: int = -1) -> list[tuple[int, Row, float | None]]:
         """``(seq, row, value)`` of the evaluations study ``name`` saw after member ``after``, in order, with their
         cached rows of ``objective`` in ``mode`` (one query): how a worker learns what the others scored."""
@@ -417,6 +457,7 @@ class History:
         with self.engine.connect() as connection:
             return [(r.seq, _row(r), r.value) for r in connection.execute(query)]
 
+    @outlasting_outages
     def study_tops(self, objective: str, per_study: int) -> dict[str, tuple[int, list[str]]]:
         """For every study of ``objective`` (oldest first): its number of scored evaluations and the plan hashes
         of its ``per_study`` best (lowest value, ties by hash). One query with window functions, however many."""
@@ -433,6 +474,7 @@ class History:
                 tops.setdefault(row.study_name, (row.scored, []))[1].append(row.plan_hash)
         return tops
 
+    @outlasting_outages
     def sweep(self, name: str) -> dict[str, Any] | None:
         """The progress record of search ``name``, or ``None``."""
         with self.engine.connect() as connection:
@@ -441,6 +483,7 @@ class History:
             return None
         return {**row._mapping, "progress": json.loads(row.progress)}
 
+    @outlasting_outages
     def sweeps(self) -> list[dict[str, Any]]:
         with self.engine.connect() as connection:
             rows = connection.execute(select(SWEEPS).order_by(SWEEPS.c.study_name)).all()
@@ -448,6 +491,7 @@ class History:
 
     # --- the one write path -----------------------------------------------------------------
 
+    @outlasting_outages
     def write(self, objective: str, mode: str, rows: list[Row], study_id: int | None = None,
               trials: list[TrialRecord] = (), sweep: dict[str, Any] | None = None,  # type: ignore[assignment]
               space: Space | None = None, members: list[tuple[str, float | None]] = ()) -> None:  # type: ignore[assignment]
@@ -455,11 +499,8 @@ class History:
         value)`` of every evaluation it saw) and a sweep record in one transaction."""
         if self.read_only:
             raise HistoryError("this history is opened read-only (the tool declares no history writes)")
-        def transaction() -> None:
-            with self.engine.begin() as connection:
-                self._write(connection, objective, mode, rows, study_id, list(trials), sweep, space, list(members))
-
-        _retry(transaction, (OperationalError,), attempts=10, pause_s=0.05)
+        with self.engine.begin() as connection:
+            self._write(connection, objective, mode, rows, study_id, list(trials), sweep, space, list(members))
 
     def _write(self, connection: Any, objective: str, mode: str, rows: list[Row], study_id: int | None,
                trials: list[TrialRecord], sweep: dict[str, Any] | None, space: Space | None,

@@ -113,7 +113,7 @@ class Context:
 
     @cached_property
     def history(self) -> History:
-        return History(self.history_url, read_only=not self.writes_history)
+        return History(self.history_url, read_only=not self.writes_history, log=self.log)
 
     @cached_property
     def objective(self) -> Objective:

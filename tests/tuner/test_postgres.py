@@ -2,14 +2,18 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 from conftest import ROOT
+from postgres_cluster import Cluster
 
 from tuner import service
+from tuner.claims import audit
 from tuner.history import History, Row, TrialRecord
 from tuner.plan import SPACE, encode, plan_hash
 
@@ -51,3 +55,86 @@ def test_four_processes_share_one_postgres_history(postgres_url, workspace):
     ranking = service.rank_experiments(ctx)["ranking"]
     assert [r["study"] for r in ranking] == ([study] if verified else [])
     history.close()
+
+
+GATED = """import json, os, sys, time
+c = json.load(sys.stdin)
+gate = {gate!r}
+runs = len(os.listdir(gate)) - os.path.exists(os.path.join(gate, "go"))
+open(os.path.join(gate, f"run-{{runs}}"), "w").close()
+if runs == 4:                                           # the fifth run waits for the test: the server goes away meanwhile
+    while not os.path.exists(os.path.join(gate, "go")):
+        time.sleep(0.01)
+print(json.dumps({{"time": 1.0 + abs(c["bx"] - 96) / 32 + abs(c["tile"] - 4)}}))
+"""
+
+
+def _gated_search(tmp_path: Path, url: str, outage_s: float | None = None) -> subprocess.Popen:
+    """A search whose program's fifth run waits for the file ``gate/go``; ``outage_s``: how long the tuner waits out a
+    failing history (its constant, set in the process)."""
+    kernel, gate = tmp_path / "kernel", tmp_path / "gate"
+    kernel.mkdir(exist_ok=True)
+    gate.mkdir(exist_ok=True)
+    space = {"ConfigurationSpace": {"TuningParameters": [{"Name": "bx", "Values": [32, 64, 96, 128, 160]},
+                                                         {"Name": "tile", "Values": [1, 2, 4, 8]}]}}
+    (kernel / "space.t1.json").write_text(json.dumps(space))
+    (kernel / "bench.py").write_text(GATED.format(gate=str(gate)))
+    patch = f"import tuner.history; tuner.history.OUTAGE_S = {outage_s}; " if outage_s is not None else ""
+    argv = ["--history", url, "--objective", "command:bench.py", "--space", "space.t1.json", "search_plans", "--strategy", "quick",
+            "--max-evals", "16", "--seed", "3", "--json"]
+    return subprocess.Popen([sys.executable, "-c", f"{patch}from tuner.cli import main; raise SystemExit(main({argv!r}))"],
+                            cwd=kernel, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _server_goes_away(tmp_path: Path, search: subprocess.Popen, server: Cluster) -> None:
+    """Once the search's fifth run is measuring, stop the server and let the run end: the search's next read or write finds
+    the history gone."""
+    while not (tmp_path / "gate" / "run-4").exists() and search.poll() is None:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            search.wait(timeout=0.05)
+    assert search.poll() is None, search.communicate()
+    server.stop()
+    (tmp_path / "gate" / "go").touch()
+
+
+def _assert_whole(url: str, result: dict) -> None:
+    """The search scored its whole budget, and its history holds each plan once with nothing left claimed."""
+    assert result["evaluations"] == 16 and result["best"]["time"] == 1.0
+    history = History(url)
+    assert audit(history, result["study"]) == {**audit(history, result["study"]), "unfinished": 0, "plan_claims": 16, "members": 16,
+                                               "distinct_members": 16, "claimed": 16, "counted": 16}
+    assert history.sweep(result["study"])["state"] == "stopped"
+    history.close()
+
+
+def test_a_search_waits_out_a_postgres_restart_and_loses_nothing(postgres_server, postgres_url, tmp_path):
+    """The server restarts (maintenance, a failover) while a search scores a plan: its next claim or write is tried again
+    until the server answers, the log says so, and the search ends as if nothing had happened."""
+    search = _gated_search(tmp_path, postgres_url)
+    try:
+        _server_goes_away(tmp_path, search, postgres_server)
+        line = search.stderr.readline()
+        assert "failed (" in line and "trying again for up to 30 s" in line, line
+    finally:
+        postgres_server.start()
+    out, err = search.communicate(timeout=600)
+    assert search.returncode == 0 and "Traceback" not in err, err
+    assert "answers again" in err
+    _assert_whole(postgres_url, json.loads(out))
+
+
+def test_a_history_gone_for_good_ends_the_search_with_one_line_and_the_same_command_resumes(postgres_server, postgres_url, tmp_path):
+    search = _gated_search(tmp_path, postgres_url, outage_s=1.0)
+    try:
+        _server_goes_away(tmp_path, search, postgres_server)
+        out, err = search.communicate(timeout=600)
+    finally:
+        postgres_server.start()
+    assert search.returncode == 1 and out == "" and "Traceback" not in err, err
+    last = err.strip().splitlines()[-1]
+    assert last.startswith("tuner search_plans: failed: HistoryError: the history 'postgresql+psycopg://postgres@127.0.0.1:"), last
+    assert "kept failing for 1 s" in last and "the same command resumes" in last
+    resumed = _gated_search(tmp_path, postgres_url)
+    out, err = resumed.communicate(timeout=600)
+    assert resumed.returncode == 0, err
+    _assert_whole(postgres_url, json.loads(out))
