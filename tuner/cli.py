@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from tuner import service, workers
-from tuner.history import HistoryError, HistoryUnavailable
+from tuner.history import HistoryError, HistoryUnavailable, shown_url
 from tuner.objectives import ObjectiveError
 from tuner.plan import PlanError
 from tuner.space import ProfileError, SpaceError
@@ -303,7 +303,7 @@ def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
             lines.append(f"undo with: python -m tuner --workspace {ctx.workspace.root} rollback")
     else:
         lines.append("no candidate passed the gate: " + "; ".join(result["gate"].get("reasons", [])))
-    lines.append(f"history: {ctx.history_url}")
+    lines.append(f"history: {shown_url(ctx.history_url)}")
     if result.get("report"):
         lines.append(f"report: {ctx.workspace.root / result['report']['path']}")
     lines.append(f"took {result['seconds']:.1f} seconds")
@@ -373,7 +373,7 @@ def _command(argv: list[str] | None) -> int:
         print(f"tuner {args.command}: failed: {exc.__class__.__name__}: {words}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
-        return _stopped(args.command, exc, f"the progress is saved in {ctx.history_url if ctx is not None else 'the history'}")
+        return _stopped(args.command, exc, f"the progress is saved in {shown_url(ctx.history_url) if ctx is not None else 'the history'}")
     finally:
         if ctx is not None:
             ctx.close()

@@ -233,12 +233,16 @@ def _now() -> datetime:
     return datetime.now(UTC).replace(tzinfo=None)
 
 
-def _safe(url: str) -> str:
-    """``url`` with any password hidden."""
+def shown_url(url: str) -> str:
+    """``url`` as a person may see it: any password hidden."""
     try:
-        return repr(make_url(url).render_as_string(hide_password=True))
+        return make_url(url).render_as_string(hide_password=True)
     except Exception:                       # not a URL SQLAlchemy can parse: the text says so itself
-        return repr(url[:200])
+        return url[:200]
+
+
+def _safe(url: str) -> str:
+    return repr(shown_url(url))
 
 
 def _in_memory(url: str) -> bool:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import signal
 import subprocess
 import sys
 from pathlib import Path
@@ -86,13 +87,18 @@ def _gated_search(tmp_path: Path, url: str, outage_s: float | None = None) -> su
                             cwd=kernel, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
 
 
-def _server_goes_away(tmp_path: Path, search: subprocess.Popen, server: Cluster) -> None:
-    """Once the search's fifth run is measuring, stop the server and let the run end: the search's next read or write finds
-    the history gone."""
+def _fifth_run_measuring(tmp_path: Path, search: subprocess.Popen) -> None:
+    """Wait until the search's fifth run is measuring (a state: it waits for ``gate/go``)."""
     while not (tmp_path / "gate" / "run-4").exists() and search.poll() is None:
         with contextlib.suppress(subprocess.TimeoutExpired):
             search.wait(timeout=0.05)
     assert search.poll() is None, search.communicate()
+
+
+def _server_goes_away(tmp_path: Path, search: subprocess.Popen, server: Cluster) -> None:
+    """Once the search's fifth run is measuring, stop the server and let the run end: the search's next read or write finds
+    the history gone."""
+    _fifth_run_measuring(tmp_path, search)
     server.stop()
     (tmp_path / "gate" / "go").touch()
 
@@ -138,3 +144,15 @@ def test_a_history_gone_for_good_ends_the_search_with_one_line_and_the_same_comm
     out, err = resumed.communicate(timeout=600)
     assert resumed.returncode == 0, err
     _assert_whole(postgres_url, json.loads(out))
+
+
+def test_a_password_in_the_history_url_is_never_shown(postgres_url, tmp_path):
+    """The throwaway server trusts every connection, so a password in the URL is accepted and ignored: what matters is that
+    no line the tuner prints shows it."""
+    url = postgres_url.replace("postgres@", "postgres:hunter2@")
+    search = _gated_search(tmp_path, url)
+    _fifth_run_measuring(tmp_path, search)
+    search.send_signal(signal.SIGTERM)
+    _, err = search.communicate(timeout=600)
+    assert search.returncode == 128 + signal.SIGTERM, err
+    assert "progress is saved in postgresql+psycopg://postgres:***@127.0.0.1" in err and "hunter2" not in err
