@@ -357,8 +357,8 @@ class History:
 
     def _optuna_storage(self, url: str) -> optuna.storages.RDBStorage:
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if self.sqlite else {}
-        if self.read_only and url != "sqlite://":
-            kwargs["poolclass"] = NullPool                   # no connection outlives a read (no lingering -wal/-shm files)
+        if url != "sqlite://":          # no connection outlives a use: Optuna's storage names and creates studies, once a run
+            kwargs["poolclass"] = NullPool  # (so a worker holds two, its search's and its heartbeat's; no -wal/-shm left by reads)
         return _retry(lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs),   # first use may race on the schema
                       (SQLAlchemyError, optuna.exceptions.StorageInternalError, RuntimeError), attempts=20, pause_s=0.1)
 

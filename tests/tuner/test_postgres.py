@@ -10,13 +10,16 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from conftest import ROOT
+from conftest import ROOT, toy_cache
 from postgres_cluster import Cluster
 
 from tuner import service
 from tuner.claims import audit
 from tuner.history import History, Row, TrialRecord
+from tuner.objectives.cache import CacheObjective
 from tuner.plan import SPACE, encode, plan_hash
+from tuner.search import Search, Spec
+from tuner.strategies import STRATEGIES
 
 
 def test_cache_trials_and_sweeps_round_trip_on_postgres(postgres_url, iteration2):
@@ -156,3 +159,20 @@ def test_a_password_in_the_history_url_is_never_shown(postgres_url, tmp_path):
     _, err = search.communicate(timeout=600)
     assert search.returncode == 128 + signal.SIGTERM, err
     assert "progress is saved in postgresql+psycopg://postgres:***@127.0.0.1" in err and "hunter2" not in err
+
+
+def test_a_search_holds_no_connection_for_optunas_storage(postgres_url, tmp_path):
+    """A server takes few connections (PostgreSQL's default is 100), and each worker of a study holds its own: the search's
+    and its heartbeat's (two at most). Optuna's storage names and creates the study once a run, so it keeps none open."""
+    import psycopg
+
+    records = {(bx, tile): 1.0 + bx / 64 + tile for bx in (32, 64, 128) for tile in (1, 2)}
+    search = Search(History(postgres_url), CacheObjective(toy_cache(tmp_path, records)),
+                    Spec(strategy="quick", mode="time", max_evals=6, seed=0))
+    STRATEGIES["quick"](search)
+    server, database = postgres_url.rsplit("/", 1)
+    with psycopg.connect(f"{server.replace('postgresql+psycopg', 'postgresql')}/{database}", autocommit=True) as connection:
+        held = connection.execute("SELECT count(*) FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+                                  (database,)).fetchone()[0]
+    assert held == search.history.engine.pool.checkedin() <= 2           # every one the search's, pooled
+    search.history.close()
