@@ -10,7 +10,7 @@ from optuna.samplers._tpe.parzen_estimator import _ParzenEstimator, _ParzenEstim
 from optuna.samplers._tpe.sampler import default_gamma, default_weights
 
 from tuner.space import WHOLE_SPACE, Knob, Profile, Space
-from tuner.strategies.parzen import Mixture, Parzen, gamma, weights
+from tuner.strategies.parzen import EI_CANDIDATES, STARTUP_TRIALS, Mixture, Parzen, gamma, weights
 
 
 @st.composite
@@ -112,3 +112,23 @@ def test_every_ask_is_a_configuration_of_the_space_and_the_seed_fixes_it(case, s
         asks.append(sampler.ask(at_random=at_random))
     assert asks[0].dtype == np.int16 and asks[0].shape == (len(sizes),)
     assert ((asks[0] >= 0) & (asks[0] < sizes)).all() and (asks[0] == asks[1]).all()
+
+
+@given(observations(), st.integers(0, 2**32 - 1))
+def test_the_candidates_are_ranked_by_the_gain_and_an_ask_is_the_first(case, seed):
+    obs, sizes = case
+    space = Space("drawn", tuple(Knob(f"k{j}", tuple(range(size)), "ordinal", 0) for j, size in enumerate(sizes)))
+    samplers = [Parzen(space, seed), Parzen(space, seed)]
+    values = np.random.default_rng(seed).random(len(obs))
+    for sampler in samplers:
+        for row, value in zip(obs, values, strict=True):
+            sampler.tell(row, value)
+    ranked = samplers[0].candidates()
+    assert (ranked[0] == samplers[1].ask()).all()
+    if len(obs) >= STARTUP_TRIALS:
+        good = np.zeros(len(obs), dtype=bool)
+        good[np.argsort(values, kind="stable")[:gamma(len(obs))]] = True
+        gain = Mixture(obs[good], sizes).log_pdf(ranked) - Mixture(obs[~good], sizes).log_pdf(ranked)
+        assert len(ranked) == EI_CANDIDATES and (np.diff(gain) <= 1e-12).all()
+    else:
+        assert len(ranked) == 1

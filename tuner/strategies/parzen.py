@@ -95,8 +95,13 @@ class Parzen:
     def ask(self, at_random: bool = False) -> np.ndarray:
         """The next index vector: TPE's (of ``EI_CANDIDATES`` drawn from ``l``, the one with the highest
         ``l / g``); uniform at random for the first ``STARTUP_TRIALS`` trials or when asked ``at_random``."""
+        return self.candidates(at_random)[0]
+
+    def candidates(self, at_random: bool = False) -> np.ndarray:
+        """What :meth:`ask` chooses from, best first (``l / g`` falling, ties in draw order): the ``EI_CANDIDATES``
+        drawn from ``l``, or one row uniform at random."""
         if at_random or len(self) < STARTUP_TRIALS:
-            return np.array([self.rng.integers(0, s) for s in self.sizes], dtype=np.int16)
+            return np.array([[self.rng.integers(0, s) for s in self.sizes]], dtype=np.int16)
         rows, values = np.stack(self.rows), np.asarray(self.values)
         ranked = np.argsort(values, kind="stable")           # failed (inf) after every finite value, each in order
         good = np.zeros(len(values), dtype=bool)
@@ -104,4 +109,4 @@ class Parzen:
         good_density, bad_density = Mixture(rows[good], self.sizes), Mixture(rows[~good], self.sizes)
         candidates = good_density.sample(EI_CANDIDATES, self.rng)
         gain = good_density.log_pdf(candidates) - bad_density.log_pdf(candidates)
-        return candidates[int(gain.argmax())].astype(np.int16)
+        return candidates[np.argsort(-gain, kind="stable")].astype(np.int16)

@@ -90,10 +90,19 @@ class _Tpe:
         before: a repeated proposal weighs its configuration once more, which sharpens TPE around it.
 
         On knobs with few values TPE's choice is nearly deterministic, so once its good density is copies
-        of one configuration it proposes that one for ever: after as many proposals in a row without a new
-        evaluation as that density holds, proposals are uniform at random (TPE's prior) until one is new."""
+        of one configuration it would propose that one again and again, an ask each time and no evaluation.
+        So after a proposal that was not new, the next is the best of TPE's candidates that the search has
+        not scored; when every candidate was scored, or as many proposals in a row as that density holds
+        were not new, proposals are uniform at random (TPE's prior) until one is new."""
         search = self.search
-        idx, evaluations = self.parzen.ask(at_random=self.stalled >= gamma(WINDOW)), search.evaluations
+        idx = None
+        if 0 < self.stalled < gamma(WINDOW):
+            idx = next((row for row in self.parzen.candidates() if search.space.hash_idx(row) not in search.seen), None)
+            if idx is None:
+                self.stalled = gamma(WINDOW)
+        if idx is None:
+            idx = self.parzen.ask(at_random=self.stalled >= gamma(WINDOW))
+        evaluations = search.evaluations
         value = float(search.evaluate(idx[None], {"phase": "tpe"})[0])
         self.stalled = 0 if search.evaluations > evaluations else self.stalled + 1
         if (h := search.space.hash_idx(idx)) in search.seen:        # scored, not ruled out before scoring
