@@ -424,10 +424,17 @@ class History:
 
     # --- studies ----------------------------------------------------------------------------
 
-    def study(self, name: str) -> optuna.Study:
-        """The Optuna study ``name`` (created, minimizing, when new)."""
-        return _retry(lambda: optuna.create_study(storage=self.storage, study_name=name, direction="minimize", load_if_exists=True),
-                      (SQLAlchemyError, optuna.exceptions.StorageInternalError), attempts=20, pause_s=0.1)
+    def study(self, name: str, attrs: dict[str, Any] | None = None) -> optuna.Study:
+        """The Optuna study ``name`` (created, minimizing, when new), with the user attributes ``attrs``. Tried again
+        while another process creates or writes it too (Optuna's SQLite transactions are not ``BEGIN IMMEDIATE``:
+        two workers starting at once could fail one with "database is locked")."""
+        def open_study() -> optuna.Study:
+            study = optuna.create_study(storage=self.storage, study_name=name, direction="minimize", load_if_exists=True)
+            for key, value in (attrs or {}).items():
+                study.set_user_attr(key, value)
+            return study
+
+        return _retry(open_study, (SQLAlchemyError, optuna.exceptions.StorageInternalError), attempts=20, pause_s=0.1)
 
     @outlasting_outages
     def study_names(self) -> list[str]:

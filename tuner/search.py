@@ -114,9 +114,7 @@ class Search:
         self.history, self.objective, self.spec, self.space = history, objective, spec, objective.space
         self.held_out_mode = objective.modes[1] if spec.include_final and len(objective.modes) > 1 else None
         self.name = spec.study_name(objective.name)
-        self.study = history.study(self.name)
-        self.study.set_user_attr("objective", objective.name)
-        self.study.set_user_attr("strategy", spec.strategy)
+        self.study = history.study(self.name, {"objective": objective.name, "strategy": spec.strategy})
         self.cache = history.cached(objective.name, spec.mode)
         record = history.sweep(self.name)
         self.progress_state: dict[str, Any] = record["progress"] if record else {}

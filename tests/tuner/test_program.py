@@ -9,6 +9,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import time
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -295,11 +296,14 @@ def test_sigterm_or_sighup_stops_a_search_as_ctrl_c_does_and_leaves_no_measuring
     process = subprocess.Popen([sys.executable, "-m", "tuner", "--objective", "command:bench.py", "--space", "space.t1.json",
                                 "--timeout-s", "3600", "search_plans", "--max-evals", "100", "--workers", str(workers)],
                                cwd=kernel, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    while len(list(tmp_path.glob("run-*"))) < workers and process.poll() is None:    # each worker is measuring (a state):
-        with contextlib.suppress(subprocess.TimeoutExpired):                        # no run ends on its own, none times out
-            process.wait(timeout=0.05)
+    deadline = time.monotonic() + 300                       # a worker that failed to start would leave the others running
+    while len(list(tmp_path.glob("run-*"))) < workers and process.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(subprocess.TimeoutExpired):                        # each worker is measuring (a state):
+            process.wait(timeout=0.05)                                              # no run ends on its own, none times out
+    measuring = len(list(tmp_path.glob("run-*")))
     process.send_signal(stop)
     _, err = process.communicate(timeout=120)
+    assert measuring == workers, f"a worker never started measuring: {err}"
     assert process.returncode == 128 + stop and "Traceback" not in err, err
     assert f"terminated by {stop.name}" in err.splitlines()[-1] and "resume" in err.splitlines()[-1]
     runs = {int(run.name[4:]): run.read_text().split(" ", 1) for run in tmp_path.glob("run-*")}
