@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import subprocess
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -134,6 +138,16 @@ def running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state not in ("Z", "X")
+
+
+def until(done: Callable[[], bool], process: subprocess.Popen, limit_s: float = 300.0) -> bool:
+    """Wait until ``done()`` holds (a state, not a time) while ``process`` runs, waiting on the process itself between
+    checks; at most ``limit_s``, so that a test whose state never comes fails instead of hanging. Whether it holds."""
+    deadline = time.monotonic() + limit_s
+    while not done() and process.poll() is None and time.monotonic() < deadline:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(timeout=0.05)
+    return done()
 
 
 def misbehaviours(log: Path, value: str, hang: object, crash: object) -> str:

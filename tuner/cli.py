@@ -21,7 +21,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from tuner import service, workers
-from tuner.history import HistoryError, HistoryUnavailable, shown_url
+from tuner.history import HistoryError, HistoryUnavailable, first_line, shown_url
 from tuner.objectives import ObjectiveError
 from tuner.plan import PlanError
 from tuner.space import ProfileError, SpaceError
@@ -369,8 +369,7 @@ def _command(argv: list[str] | None) -> int:
         if isinstance(exc, BrokenPipeError):           # the reader (head, less) stopped reading: nothing is lost
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0
-        words = (str(exc).strip().splitlines() or [""])[0]        # SQLAlchemy's: its first line, not the SQL after it
-        print(f"tuner {args.command}: failed: {exc.__class__.__name__}: {words}", file=sys.stderr)
+        print(f"tuner {args.command}: failed: {exc.__class__.__name__}: {first_line(exc)}", file=sys.stderr)
         return 1
     except KeyboardInterrupt as exc:
         return _stopped(args.command, exc, f"the progress is saved in {shown_url(ctx.history_url) if ctx is not None else 'the history'}")

@@ -198,7 +198,7 @@ def outlasting_outages(method: F) -> F:
             try:
                 result = method(self, *args, **kwargs)
             except (OperationalError, InterfaceError) as exc:
-                words = (str(exc.orig or exc).strip().splitlines() or [""])[0][:300]
+                words = first_line(exc.orig or exc)[:300]
                 pause = min(2 * pause, 2.0) if pause else 0.05
                 if time.monotonic() + pause > started + OUTAGE_S:
                     raise HistoryError(f"the history {_safe(history.url)} kept failing for {OUTAGE_S:g} s ({words}); what was "
@@ -243,6 +243,11 @@ def shown_url(url: str) -> str:
 
 def _safe(url: str) -> str:
     return repr(shown_url(url))
+
+
+def first_line(words: object) -> str:
+    """The first line of ``words`` (an error's: SQLAlchemy adds the SQL and a link after the database's words)."""
+    return (str(words).strip().splitlines() or [""])[0]
 
 
 def _in_memory(url: str) -> bool:
@@ -317,7 +322,7 @@ class History:
                     if extra else "install the driver SQLAlchemy names")
             raise HistoryUnavailable(f"the database driver for {scheme} ({exc.name}) is not installed; {hint}") from None
         except (SQLAlchemyError, OSError) as exc:
-            raise HistoryUnavailable(f"cannot open history {_safe(url)}: {exc.__class__.__name__}: {str(exc).splitlines()[0]}") from None
+            raise HistoryUnavailable(f"cannot open history {_safe(url)}: {exc.__class__.__name__}: {first_line(exc)}") from None
 
     def _backfill_members(self) -> None:
         """A history written before ``tuner_members``: each study's trials become its members, once. The check

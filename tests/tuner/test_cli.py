@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import signal
 import sqlite3
@@ -13,7 +12,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, until
 
 
 def tuner(workspace, *args, timeout=300):
@@ -166,9 +165,7 @@ def test_ctrl_c_exits_130_with_one_line_and_keeps_the_progress(workspace):
         except sqlite3.OperationalError:
             return 0
 
-    while scored() == 0 and process.poll() is None:        # wait until work is under way (a state, not a time)
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            process.wait(timeout=0.05)
+    until(lambda: scored() > 0, process)                   # work is under way
     shown = tuner(workspace, "--json", "resume_search_history")
     assert [search["state"] for search in json.loads(shown.stdout)["searches"]] == ["running"]    # a live worker is on it
     process.send_signal(signal.SIGINT)

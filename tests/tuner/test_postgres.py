@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import signal
 import subprocess
@@ -10,7 +9,7 @@ import sys
 from pathlib import Path
 
 import numpy as np
-from conftest import ROOT, toy_cache
+from conftest import ROOT, toy_cache, until
 from postgres_cluster import Cluster
 
 from tuner import service
@@ -92,9 +91,7 @@ def _gated_search(tmp_path: Path, url: str, outage_s: float | None = None) -> su
 
 def _fifth_run_measuring(tmp_path: Path, search: subprocess.Popen) -> None:
     """Wait until the search's fifth run is measuring (a state: it waits for ``gate/go``)."""
-    while not (tmp_path / "gate" / "run-4").exists() and search.poll() is None:
-        with contextlib.suppress(subprocess.TimeoutExpired):
-            search.wait(timeout=0.05)
+    until((tmp_path / "gate" / "run-4").exists, search)
     assert search.poll() is None, search.communicate()
 
 

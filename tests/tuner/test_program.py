@@ -2,21 +2,19 @@
 
 from __future__ import annotations
 
-import contextlib
 import json
 import os
 import signal
 import sqlite3
 import subprocess
 import sys
-import time
 from itertools import product
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
-from conftest import misbehaviours, running, toy_cache
+from conftest import misbehaviours, running, toy_cache, until
 
 from tuner.objectives import Evaluations
 from tuner.objectives.base import RULED_OUT
@@ -296,11 +294,8 @@ def test_sigterm_or_sighup_stops_a_search_as_ctrl_c_does_and_leaves_no_measuring
     process = subprocess.Popen([sys.executable, "-m", "tuner", "--objective", "command:bench.py", "--space", "space.t1.json",
                                 "--timeout-s", "3600", "search_plans", "--max-evals", "100", "--workers", str(workers)],
                                cwd=kernel, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 300                       # a worker that failed to start would leave the others running
-    while len(list(tmp_path.glob("run-*"))) < workers and process.poll() is None and time.monotonic() < deadline:
-        with contextlib.suppress(subprocess.TimeoutExpired):                        # each worker is measuring (a state):
-            process.wait(timeout=0.05)                                              # no run ends on its own, none times out
-    measuring = len(list(tmp_path.glob("run-*")))
+    until(lambda: len(list(tmp_path.glob("run-*"))) >= workers, process)    # each worker is measuring: no run ends on its own,
+    measuring = len(list(tmp_path.glob("run-*")))                          # and a worker that failed to start ends the wait
     process.send_signal(stop)
     _, err = process.communicate(timeout=120)
     assert measuring == workers, f"a worker never started measuring: {err}"

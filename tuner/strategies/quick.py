@@ -94,14 +94,13 @@ class _Tpe:
         So after a proposal that was not new, the next is the best of TPE's candidates that the search has
         not scored; when every candidate was scored, or as many proposals in a row as that density holds
         were not new, proposals are uniform at random (TPE's prior) until one is new."""
-        search = self.search
-        idx = None
-        if 0 < self.stalled < gamma(WINDOW):
+        search, patience, idx = self.search, gamma(WINDOW), None
+        if 0 < self.stalled < patience:
             idx = next((row for row in self.parzen.candidates() if search.space.hash_idx(row) not in search.seen), None)
             if idx is None:
-                self.stalled = gamma(WINDOW)
+                self.stalled = patience
         if idx is None:
-            idx = self.parzen.ask(at_random=self.stalled >= gamma(WINDOW))
+            idx = self.parzen.ask(at_random=self.stalled >= patience)
         evaluations = search.evaluations
         value = float(search.evaluate(idx[None], {"phase": "tpe"})[0])
         self.stalled = 0 if search.evaluations > evaluations else self.stalled + 1
