@@ -183,6 +183,10 @@ def test_a_t1_space_adds_restrictions_to_a_cache(tmp_path):
     assert objective.space.names == ("tile", "bx")
     rows = objective.space.encode_many([{"tile": 2, "bx": 64}, {"tile": 1, "bx": 64}])
     assert objective.feasible(rows).tolist() == [False, True]
+    assert objective.optimum == 1.25
+    (tmp_path / "tight.t1.json").write_text(json.dumps(t1([{"Name": "tile", "Values": [1, 2]}, {"Name": "bx", "Values": [32, 64, 128]}],
+                                                          ["bx * tile <= 32"])))
+    assert CacheObjective(cache, tmp_path / "tight.t1.json").optimum == 2.5       # the best the space allows, not the record's
     (tmp_path / "other.t1.json").write_text(json.dumps(t1([{"Name": "z", "Values": [1, 2]}])))
     with pytest.raises(SpaceError, match="names knobs"):
         CacheObjective(cache, tmp_path / "other.t1.json")
@@ -307,8 +311,9 @@ def test_every_strategy_runs_on_a_measured_cache_and_resumes(tmp_path, strategy)
     result = json.loads(out.stdout)
     assert result["best"]["time"] == min(v for v in records.values() if isinstance(v, float)) or strategy in ("quick", "bayes", "focused")
     assert result["best"]["plan"] in [{"bx": b, "tile": t} for (b, t) in records] and "dev" not in result["best"]
+    assert result["optimum"] == 1.0 + 1 and result["of_optimum"] == round(2.0 / result["best"]["time"], 4)    # the cache's best
     if strategy == "exhaustive":                    # its one failure: its reason is kept where the range was measured (dear)
-        assert result["failed"] == 1 == sum(result["failure_reasons"].values())
+        assert result["failed"] == 1 == sum(result["failure_reasons"].values()) and result["of_optimum"] == 1.0
         assert set(result["failure_reasons"]) <= {"infeasible or incorrect", "RuntimeFailedConfig"}
     again = json.loads(_cli("--objective", "cache:toy.json.gz", "--json", *command, cwd=tmp_path).stdout)
     assert again["new_evaluations"] == 0
@@ -357,7 +362,9 @@ def test_perf_real_caches_reports_what_the_command_line_finds(tmp_path):
     for seed in (0, 1):
         (workspace := tmp_path / str(seed)).mkdir()
         command = ("--objective", f"cache:{OTHER_GPU}", "--json", "search_plans", "--strategy", "quick", "--seed", str(seed))
-        reached.append(optimum / json.loads(_cli(*command, "--max-evals", "25", cwd=workspace).stdout)["best"]["time"])
+        result = json.loads(_cli(*command, "--max-evals", "25", cwd=workspace).stdout)
+        assert result["optimum"] == optimum and result["of_optimum"] == round(optimum / result["best"]["time"], 4) <= 1
+        reached.append(optimum / result["best"]["time"])
     assert rows["quick"][-2] == f"{np.mean(reached):.3f}"          # the mean at 25 evaluations, then its standard error
 
 

@@ -53,12 +53,15 @@ class ObjectiveError(RuntimeError):
 class Objective(Protocol):
     """Scores configurations of ``space``. ``name`` identifies it in the history cache (it changes when
     the scorer does); ``label`` is what a person calls it (the report's title); ``modes`` are its modes,
-    the first the search objective and a second, where there is one, the held-out authority the gate checks."""
+    the first the search objective and a second, where there is one, the held-out authority the gate checks.
+    ``optimum`` is the best value any allowed configuration has in the first mode where that is known (a replayed
+    cache's best recorded time), ``None`` elsewhere."""
 
     name: str
     label: str
     space: Space
     modes: tuple[str, ...]
+    optimum: float | None
 
     def feasible(self, idx: np.ndarray) -> np.ndarray:
         """Cheap feasibility (bool per configuration) known without scoring; ``True`` where unknown."""

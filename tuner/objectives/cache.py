@@ -137,11 +137,10 @@ class CacheObjective:
                              + (f" of a configuration in {where}: {outside}" if outside else ""))
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
         self.name = f"cache:{digest}:{space.fingerprint}"
-
-    @property
-    def optimum(self) -> float:
-        """The best recorded time (ms)."""
-        return min(self._time.values())
+        keys = list(self._time)
+        allowed = space.allowed(np.frombuffer(b"".join(keys), dtype=np.int16).reshape(len(keys), len(space.knobs)))
+        times = [t for t, ok in zip(self._time.values(), allowed, strict=True) if ok]
+        self.optimum: float | None = min(times) if times else None     # the best recorded time (ms) the space allows
 
     def feasible(self, idx: np.ndarray) -> np.ndarray:
         return self.space.allowed(idx)

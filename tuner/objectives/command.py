@@ -108,6 +108,7 @@ class _Benchmark:
 
     space: Space
     modes: tuple[str, ...]
+    optimum = None                                     # a program's best is not known before it is run
 
     def __init__(self, workspace: str | Path, timeout_s: float, repeats: int) -> None:
         self._copy: Path | None = None
