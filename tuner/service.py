@@ -497,11 +497,15 @@ def _study_bests(ctx: Context, per_study: int = 5) -> list[dict[str, Any]]:
 
 
 def rank_experiments(ctx: Context) -> dict[str, Any]:
-    """Studies ranked by their best verified value in the authority mode (among each study's five best trials)."""
+    """Studies ranked by their best verified value in the authority mode (among each study's five best trials);
+    where the objective's optimum is known (a replayed cache), each study's fraction of it."""
     first, last = _first_last(ctx)
     rows = _study_bests(ctx)
     rows.sort(key=lambda r: (r[last], r[first], r["plan_hash"]))
-    return {"ranking": [{"rank": i + 1, **{k: v for k, v in r.items() if k != "plan"}} for i, r in enumerate(rows)]}
+    ranking = [{"rank": i + 1, **{k: v for k, v in r.items() if k != "plan"}} for i, r in enumerate(rows)]
+    if (optimum := ctx.objective.optimum) is None:
+        return {"ranking": ranking}
+    return {"optimum": number(optimum), "ranking": [r | {"of_optimum": round(optimum / r[first], 4)} for r in ranking]}
 
 
 def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:

@@ -317,8 +317,10 @@ def test_every_strategy_runs_on_a_measured_cache_and_resumes(tmp_path, strategy)
         assert set(result["failure_reasons"]) <= {"infeasible or incorrect", "RuntimeFailedConfig"}
     again = json.loads(_cli("--objective", "cache:toy.json.gz", "--json", *command, cwd=tmp_path).stdout)
     assert again["new_evaluations"] == 0
-    ranked = json.loads(_cli("--objective", "cache:toy.json.gz", "--json", "rank_experiments", cwd=tmp_path).stdout)["ranking"]
+    ranks = json.loads(_cli("--objective", "cache:toy.json.gz", "--json", "rank_experiments", cwd=tmp_path).stdout)
+    ranked = ranks["ranking"]
     assert ranked and ranked[0]["time"] == min(r["time"] for r in ranked)
+    assert ranks["optimum"] == 2.0 and all(r["of_optimum"] == round(2.0 / r["time"], 4) for r in ranked)
 
 
 @pytest.mark.skipif(not (CACHES / "gemm-RTX_3090.json.gz").is_file(), reason="the shared GPU caches are not beside this checkout")
