@@ -3,7 +3,7 @@
 T1 files write value lists as ``"[32 * i for i in range(1, 32)]"`` and restrictions as
 ``"block_size_x*block_size_y<=1024"``. This module parses such text with :mod:`ast` and
 interprets the tree itself: literals, arithmetic, comparisons, boolean operators, conditional
-expressions, ``range``/``min``/``max``/``len``, list comprehensions and names bound by the caller.
+expressions, ``range``/``list``/``min``/``max``/``len``, list comprehensions and names bound by the caller.
 Everything else (attributes, subscripts, other calls, dunder names, lambdas, imports, walrus...)
 is refused with :class:`ExpressionError` naming the expression. Python's ``eval`` is never used.
 
@@ -57,6 +57,13 @@ def _range(*args: Any) -> range:
     return out
 
 
+def _list(*args: Any) -> list[Any]:
+    """``list(x)`` of a list, tuple or range (Kernel Tuner's T1 files write ``[1, 2] + list(range(32, 1025, 32))``)."""
+    if len(args) != 1 or not isinstance(args[0], list | tuple | range):
+        raise ValueError("list takes one list, tuple or range")
+    return list(args[0])
+
+
 def _min_max(fold: Callable[[Any, Any], Any], builtin: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any) -> Any:
         if any(isinstance(a, np.ndarray) for a in args):
@@ -69,7 +76,7 @@ def _min_max(fold: Callable[[Any, Any], Any], builtin: Callable[..., Any]) -> Ca
 
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "range": _range, "len": len, "min": _min_max(np.minimum, min), "max": _min_max(np.maximum, max),
+    "range": _range, "list": _list, "len": len, "min": _min_max(np.minimum, min), "max": _min_max(np.maximum, max),
 }
 
 

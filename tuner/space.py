@@ -332,6 +332,8 @@ def make_knob(name: Any, values: Any, where: str, default: Any = None, kind: Any
                          f"integers within +-2**53, which a float holds exactly)")
     if len({(type(v), v) for v in values}) != len(values):
         raise SpaceError(f"{where}: knob {name!r} repeats a value")
+    if len(values) == 1:                    # its one value is its default, whatever a file says (the community's
+        default = None                      # files have `"Values": "[10]", "Default": 1` and `"Default": [0]`)
     knob = Knob(name, tuple(values), _kind(values, kind, where), default)
     if default is not None and not any(_same(default, v) for v in values):
         raise SpaceError(f"{where}: knob {name!r}: Default {_text(default)} is not one of its values (allowed: {knob.allowed()})")

@@ -19,6 +19,8 @@ from tuner.space import space_from_t1
 @pytest.mark.parametrize(("text", "value"), [
     ("[32 * i for i in range(1, 32)]", [32 * i for i in range(1, 32)]),
     ("[1] + [2 * i for i in range(1, 11)]", [1, 2, 4, 6, 8, 10, 12, 14, 16, 18, 20]),
+    ("[1, 2, 4, 8, 16] + list(range(32, 1024+1, 32))", [1, 2, 4, 8, 16, *range(32, 1025, 32)]),     # the hub's hotspot file
+    ("list((3, 4)) + list([5])", [3, 4, 5]),
     ("[2**i for i in range(3) if i != 1]", [1, 4]),
     ("[a * b for a in [1, 2] for b in (3, 4)]", [3, 4, 6, 8]),
     ("min(3, 5) + max([1, 7]) - len([0, 0])", 8),
@@ -51,6 +53,9 @@ def test_names_are_bound_and_conditions_run_on_arrays():
     ("{1: 2}", "Dict"),
     ("unknown_knob > 1", "unknown name 'unknown_knob'"),
     ("range(10**9)", "range of"),
+    ("list(range(10**9))", "range of"),
+    ("list('abc')", "list takes one list, tuple or range"),
+    ("list(range(60000)) + list(range(60000))", "builds or steps through more than"),
     ("[0] * 10**9", "too large"),
     ("2 ** 1000", "exponent too large"),
     ("(10 ** 64) ** 64", "an integer of more than 4096 bits"),

@@ -42,6 +42,18 @@ def test_t1_values_conditions_defaults_and_kinds():
     assert space.allowed(idx).tolist() == [False, True, True]
 
 
+def test_the_community_t1_files_read_as_kernel_tuner_reads_them():
+    """The benchmark hub's hotspot file writes a value list with list(...) and a one-value knob whose Default is not its
+    value; its GEMM file a Default as a one-item list. Kernel Tuner ignores Default; a knob of one value has that one."""
+    space = space_from_t1(t1([{"Name": "block_size_x", "Type": "int", "Values": "[1, 2, 4, 8, 16] + list(range(32, 1024+1, 32))",
+                               "Default": 256},
+                              {"Name": "max_tfactor", "Type": "int", "Values": "[10]", "Default": 1},
+                              {"Name": "GEMMK", "Type": "int", "Values": "[0]", "Default": [0]}],
+                             ["block_size_x >= 32"]))
+    assert space.knobs[0].choices == (1, 2, 4, 8, 16, *range(32, 1025, 32))
+    assert space.decode(space.default()) == {"block_size_x": 256, "max_tfactor": 10, "GEMMK": 0}
+
+
 def _coupled(groups):
     data = t1([{"Name": "bx", "Values": [16, 32, 64, 128]}, {"Name": "mode", "Values": ["a", "b"]}, {"Name": "tile", "Values": [1, 2, 4]}])
     data["ConfigurationSpace"]["Coupled"] = groups
