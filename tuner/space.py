@@ -38,6 +38,9 @@ MAX_VALUES = 10_000                   # values of one knob
 MAX_EXACT_INT = 2**53                 # integer values beyond this would be shown (Optuna, the dashboard) as other numbers
 MAX_COUPLED_MOVES = 4096              # joint values of the declared groups of coupled knobs, all together
 MAX_JSON_BYTES = 1 << 30              # JSON text of one file, once decompressed: a cache of about a million records
+ENUMERATED = 1 << 23                  # configurations of a group of restricted knobs that draw() lists once, at most
+ENUMERATION_CHUNK = 1 << 18           # of them checked at a time
+DRAW_TRIES = 50                       # redraws of a group too large to list, where its restrictions fail
 
 
 class SpaceError(ValueError):
@@ -230,12 +233,67 @@ class Space:
 
         A restriction is evaluated for all rows at once; where that fails (a division by zero, an operation numpy
         refuses, arrays past the evaluator's bounds), it is evaluated again row by row, as Python would."""
+        return self._passes(self.conditions, idx)
+
+    def draw(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        """Up to ``count`` configurations that the restrictions allow, uniformly among them, however few they are:
+        the knobs that restrictions link are drawn together from the list of their allowed values (made once per
+        space, for a group of at most ``ENUMERATED`` configurations), the others each uniformly. A larger group is
+        redrawn where its restrictions fail, ``DRAW_TRIES`` times, and the rows still ruled out are left out."""
+        rows = np.stack([rng.integers(0, size, count) for size in self.sizes], axis=1).astype(np.int16).reshape(count, len(self.knobs))
+        for positions, conditions, table in self._groups:
+            if table is not None:
+                rows[:, positions] = table[rng.integers(0, len(table), count)] if len(table) else 0
+                continue
+            for _ in range(DRAW_TRIES):
+                bad = np.flatnonzero(~self._passes(conditions, rows))
+                if not len(bad):
+                    break
+                rows[np.ix_(bad, positions)] = np.stack([rng.integers(0, self.sizes[p], len(bad)) for p in positions], axis=1)
+        return rows[self.allowed(rows)]
+
+    @cached_property
+    def _groups(self) -> list[tuple[np.ndarray, tuple[str, ...], np.ndarray | None]]:
+        """The knobs that restrictions link (a restriction links the knobs it names), as groups: their positions,
+        their restrictions, and the rows of their values that pass them (``None`` past ``ENUMERATED``)."""
+        group = list(range(len(self.knobs)))
+
+        def root(i: int) -> int:
+            while group[i] != i:
+                i = group[i]
+            return i
+
+        named = [(c, sorted(self.position[n] for n in names_in(c) if n in self.position)) for c in self.conditions]
+        named = [(c, positions) for c, positions in named if positions]     # one that names no knob: allowed() applies it
+        for _, positions in named:
+            for p in positions[1:]:
+                group[root(p)] = root(positions[0])
+        out = []
+        for r in sorted({root(positions[0]) for _, positions in named}):
+            positions = np.array([i for i in range(len(self.knobs)) if root(i) == r], dtype=np.int64)
+            conditions = tuple(c for c, named_positions in named if root(named_positions[0]) == r)
+            sizes = self.sizes[positions]
+            total = prod(int(n) for n in sizes)
+            table = None
+            if total <= ENUMERATED:
+                parts = []
+                for start in range(0, total, ENUMERATION_CHUNK):
+                    sub = np.stack(np.unravel_index(np.arange(start, min(start + ENUMERATION_CHUNK, total)), sizes), axis=1)
+                    rows = np.zeros((len(sub), len(self.knobs)), dtype=np.int16)
+                    rows[:, positions] = sub
+                    parts.append(sub[self._passes(conditions, rows)].astype(np.int16))
+                table = np.concatenate(parts).reshape(-1, len(positions))
+            out.append((positions, conditions, table))
+        return out
+
+    def _passes(self, conditions: tuple[str, ...], idx: np.ndarray) -> np.ndarray:
+        """Whether each configuration of ``idx`` passes every restriction of ``conditions`` (see :meth:`allowed`)."""
         idx = np.asarray(idx).reshape(-1, len(self.knobs))
         ok = np.ones(len(idx), dtype=bool)
-        if not self.conditions or not len(idx):
+        if not conditions or not len(idx):
             return ok
         names = self.values(idx)
-        for condition in self.conditions:
+        for condition in conditions:
             try:
                 with np.errstate(all="raise"):
                     ok &= np.broadcast_to(np.asarray(evaluate(condition, names), dtype=bool), ok.shape)

@@ -54,6 +54,37 @@ def test_the_community_t1_files_read_as_kernel_tuner_reads_them():
     assert space.decode(space.default()) == {"block_size_x": 256, "max_tfactor": 10, "GEMMK": 0}
 
 
+def test_draws_are_uniform_among_what_the_restrictions_allow():
+    space = space_from_t1(t1([{"Name": "x", "Values": [1, 2, 3]}, {"Name": "y", "Values": [1, 2, 3, 6]}, {"Name": "z", "Values": [0, 1, 2]},
+                              {"Name": "w", "Values": ["a", "b"]}], ["x * y == 6", "z < 2", "1 < 2"]))
+    grid = np.indices(space.sizes).reshape(4, -1).T
+    allowed = {tuple(row) for row in grid[space.allowed(grid)]}
+    counts = Counter(tuple(row) for row in space.draw(12_000, np.random.default_rng(0)))
+    assert set(counts) == allowed and len(allowed) == 12                         # each allowed configuration, nothing else
+    assert all(800 < n < 1200 for n in counts.values())                         # about 1,000 each
+    assert len(space_from_t1(t1([{"Name": "x", "Values": [1, 2]}], ["x > 2"])).draw(5, np.random.default_rng(0))) == 0
+
+
+@pytest.mark.parametrize("strategy", ["quick", "bayes", "checkpoint"])
+def test_a_space_that_allows_one_configuration_in_30000_is_still_searched(tmp_path, strategy):
+    """Before, every draw and TPE proposal the restrictions ruled out cost nothing and found nothing: the searches scored
+    no configuration at all and said they had converged."""
+    values = list(range(1, 31))
+    tune_params = {"a": values, "b": values, "c": values, "d": values}
+    allowed = [(a, b, c, d) for a in values for b in values for c in values for d in values if a * b == 12 and c + d == 31 and c < 5]
+    toy_cache(tmp_path, {k: 1.0 + abs(k[0] - 3) + abs(k[2] - 2) for k in allowed}, tune_params=tune_params)
+    (tmp_path / "tight.t1.json").write_text(json.dumps(t1([{"Name": n, "Values": values, "Default": 1} for n in tune_params],
+                                                          ["a * b == 12", "c + d == 31", "c < 5"])))
+    objective = CacheObjective(tmp_path / "toy.json.gz", tmp_path / "tight.t1.json")
+    assert len(allowed) * 30_000 <= objective.space.size == 30**4
+    start = tuple(int(i) for i in objective.space.default())                     # ruled out, as is all around it
+    spec = Spec(strategy=strategy, mode="time", max_evals=len(allowed), seed=0, start=start if strategy == "checkpoint" else None)
+    search = Search(History(f"sqlite:///{tmp_path / 'history.db'}"), objective, spec)
+    outcome = STRATEGIES[strategy](search)
+    assert outcome.new_evaluations >= (1 if strategy == "checkpoint" else len(allowed) // 2) and outcome.failed == 0
+    assert outcome.best is not None and (strategy == "checkpoint" or outcome.best.value == objective.optimum == 1.0)
+
+
 def _coupled(groups):
     data = t1([{"Name": "bx", "Values": [16, 32, 64, 128]}, {"Name": "mode", "Values": ["a", "b"]}, {"Name": "tile", "Values": [1, 2, 4]}])
     data["ConfigurationSpace"]["Coupled"] = groups

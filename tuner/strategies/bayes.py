@@ -9,7 +9,7 @@ as divisibility show where an additive model cannot see them. Each process's len
 noise are chosen at every ask by the marginal likelihood, coordinate-wise over a grid. Each ask scores
 the candidate with the highest expected improvement times its chance of not failing. The candidates
 are the whole space where it holds at most ``CANDIDATES`` configurations, else that many drawn at
-random plus every single move from the three best and every one-step pair from the best; the
+random among those the restrictions allow plus every single move from the three best and every one-step pair from the best; the
 cheaply infeasible and those scored before are left out. The first evaluations are ``quick``'s
 space-filling design. The processes hold at most ``WINDOW`` evaluations (the best and the most
 recent halves), so an ask's cost does not grow with the history. A proposal another worker of the
@@ -133,7 +133,7 @@ def _candidates(search: Search, idx: np.ndarray, values: np.ndarray, left_out: n
         pool = load_profile(WHOLE_SPACE, space).plans(0, space.size)
     else:
         best = [idx[i] for i in np.argsort(values, kind="stable")[:LOCAL_STARTS] if np.isfinite(values[i])]
-        pool = np.concatenate([np.stack([rng.integers(0, s, CANDIDATES) for s in space.sizes], axis=1)]
+        pool = np.concatenate([space.draw(CANDIDATES, rng)]               # uniform among what the restrictions allow
                               + [singles(space, b) for b in best] + [pairs(space, b) for b in best[:1]])
     pool = pool.astype(np.int16)
     keys, first = np.unique(_rows(pool), return_index=True)

@@ -142,12 +142,16 @@ def nearest_feasible(space: Space, start: np.ndarray, feasible: Callable[[np.nda
                      rng: np.random.Generator) -> np.ndarray | None:
     """A feasible configuration near ``start``, for a start that a space's restrictions rule out and that no
     neighbourhood leaves (a limit on a product of several knobs, say): among draws that keep each of its values
-    with falling chance (90% to none), the nearest feasible one of the first level that has one (knobs changed,
-    plus each ordinal change as a share of its knob's range). ``None`` when no draw is feasible."""
+    with falling chance (90% to none: drawn among what the restrictions allow), the nearest feasible one of the first
+    level that has one (knobs changed, plus each ordinal change as a share of its knob's range). ``None`` when no
+    draw is feasible."""
     start = np.asarray(start, dtype=np.int16)
     for keep in (0.9, 0.75, 0.5, 0.25, 0.0):
-        drawn = np.stack([rng.integers(0, size, NEAREST_DRAWS) for size in space.sizes], axis=1).astype(np.int16)
-        rows = np.where(rng.random(drawn.shape) < keep, start, drawn)
+        if keep:
+            drawn = np.stack([rng.integers(0, size, NEAREST_DRAWS) for size in space.sizes], axis=1).astype(np.int16)
+            rows = np.where(rng.random(drawn.shape) < keep, start, drawn)
+        else:
+            rows = space.draw(NEAREST_DRAWS, rng)
         rows = rows[feasible(rows)]
         if len(rows):
             shift = np.abs(rows.astype(np.int64) - start) / np.maximum(space.sizes - 1, 1)

@@ -47,13 +47,17 @@ def design(space: Space, count: int, rng: np.random.Generator) -> np.ndarray:
 
 
 def feasible_design(search: Search, rng: np.random.Generator) -> np.ndarray:
-    """The first ``STARTUP_TRIALS`` configurations of a search: :func:`design`, rows the objective rules out redrawn."""
+    """The first ``STARTUP_TRIALS`` configurations of a search: :func:`design`, rows the objective rules out redrawn
+    (``DESIGN_TRIES`` times at random, then among what the space's restrictions allow, however few that is)."""
     rows = design(search.space, STARTUP_TRIALS, rng)
     for _ in range(DESIGN_TRIES):
         bad = ~search.objective.feasible(rows)
         if not bad.any():
-            break
+            return rows
         rows[bad] = np.stack([rng.integers(0, size, bad.sum()) for size in search.space.sizes], axis=1)
+    bad = np.flatnonzero(~search.objective.feasible(rows))
+    drawn = search.space.draw(len(bad), rng)
+    rows[bad[:len(drawn)]] = drawn
     return rows
 
 
@@ -101,6 +105,8 @@ class _Tpe:
                 self.stalled = patience
         if idx is None:
             idx = self.parzen.ask(at_random=self.stalled >= patience)
+            if self.stalled >= patience and search.space.conditions and not search.objective.feasible(idx[None])[0]:
+                idx = next(iter(search.space.draw(1, self.parzen.rng)), idx)     # the restrictions allow few
         evaluations = search.evaluations
         value = float(search.evaluate(idx[None], {"phase": "tpe"})[0])
         self.stalled = 0 if search.evaluations > evaluations else self.stalled + 1
