@@ -302,3 +302,30 @@ def test_whatever_a_program_prints_is_a_positive_time_or_a_failed_evaluation_wit
     assert math.isfinite(value) and value > 0
     parsed = json.loads(last[0])                                         # a time comes only from a last line that is one
     assert value == (parsed["time"] if isinstance(parsed, dict) else parsed)
+
+
+RESTRICTIONS = st.sampled_from(["{a} * {b} <= {k}", "{a} + {b} == {k}", "{a} % {b} == 0", "{a} * {b} == {k}", "{a} != {k}",
+                                "{a} > {b} or {b} == {k}"])
+
+
+@st.composite
+def restricted_space(draw: st.DrawFn) -> dict[str, Any]:
+    """A T1 problem of 2 to 4 integer knobs and 0 to 3 restrictions over them, possibly allowing nothing."""
+    names = ["a", "b", "c", "d"][:draw(st.integers(2, 4))]
+    params = [{"Name": n, "Values": sorted(draw(st.sets(st.integers(1, 12), min_size=1, max_size=6)))} for n in names]
+    conditions = [draw(RESTRICTIONS).format(a=draw(st.sampled_from(names)), b=draw(st.sampled_from(names)), k=draw(st.integers(1, 30)))
+                  for _ in range(draw(st.integers(0, 3)))]
+    return {"ConfigurationSpace": {"TuningParameters": params, "Conditions": [{"Expression": c} for c in conditions]}}
+
+
+@given(problem=restricted_space(), seed=st.integers(0, 2**32 - 1))
+def test_draws_hold_exactly_what_the_restrictions_allow(problem, seed):
+    """Whatever the restrictions, a draw holds only allowed configurations, and a large one every allowed one: a
+    search never fails to find what a space allows because its random draws land outside."""
+    from tuner.space import space_from_t1
+
+    space = space_from_t1(problem)
+    grid = np.indices(space.sizes).reshape(len(space.knobs), -1).T
+    allowed = {tuple(row) for row in grid[space.allowed(grid)]}
+    drawn = space.draw(40 * max(len(allowed), 1) + 200, np.random.default_rng(seed))
+    assert {tuple(row) for row in drawn} == allowed
