@@ -1,7 +1,8 @@
 """``focused``: a deterministic sweep around the best region found.
 
-The center is the best correct configuration the history holds for this objective (or the given
-start). The sweep scores the +-1 grid over the ordinal knobs with the largest learned effects
+The center is the best correct configuration the history holds for this objective, or the given
+start (one that the restrictions rule out with everything around it gives way to the nearest
+allowed one). The sweep scores the +-1 grid over the ordinal knobs with the largest learned effects
 (nearest first), then every single change of a nominal knob; when it finds a better configuration
 it re-centres and sweeps again.
 """
@@ -12,7 +13,7 @@ import numpy as np
 
 from tuner.search import Outcome, Search
 from tuner.strategies.interactions import learned
-from tuner.strategies.neighbourhood import grid, singles
+from tuner.strategies.neighbourhood import grid, nearest_feasible, singles
 
 BATCH = 4096
 GRID_KNOBS = 10                     # ordinal knobs the sweep's grid spans (3**10 = 59049 configurations at most)
@@ -25,8 +26,8 @@ def _sweep(search: Search, center: np.ndarray) -> np.ndarray:
     return np.concatenate([grid(space, center, learned(search).top_knobs(space, GRID_KNOBS)), nominal])
 
 
-def run(search: Search) -> Outcome:
-    center = search.best.idx if search.best is not None else np.array(search.spec.start, dtype=np.int16)
+def _focus(search: Search, center: np.ndarray) -> str:
+    """Sweeps around ``center``, re-centred on each improvement, until one improves nothing; why it stopped."""
     value = float(search.evaluate(center[None], {"phase": "center"})[0])
     stopped = None
     while stopped is None:
@@ -43,4 +44,14 @@ def run(search: Search) -> Outcome:
                 center, value, improved = candidates[start + best], float(values[best]), True
         if stopped is None and not improved:
             stopped = "converged"
+    return stopped
+
+
+def run(search: Search) -> Outcome:
+    center = search.best.idx if search.best is not None else np.array(search.spec.start, dtype=np.int16)
+    stopped = _focus(search, center)
+    if not search.top() and not search.objective.feasible(center[None])[0]:     # ruled out, and so is all around it
+        nearest = nearest_feasible(search.space, center, search.objective.feasible, np.random.default_rng(search.seed))
+        if nearest is not None:
+            stopped = _focus(search, nearest)
     return search.finish(search.top(), stopped)
