@@ -16,6 +16,7 @@ neighbour improves.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from itertools import islice
 
 import numpy as np
@@ -130,13 +131,20 @@ def climb(search: Search, start: np.ndarray, phases: tuple[str, ...] = PHASES, p
             return reason
 
 
+def from_allowed(search: Search, start: np.ndarray, local: Callable[[Search, np.ndarray], str]) -> str:
+    """``local(search, start)``, a local search; where it found nothing because the restrictions rule out ``start``
+    and everything around it (a space's default may break them), again from the nearest allowed configuration.
+    Why it stopped."""
+    stopped = local(search, start)
+    if not search.top() and not search.objective.feasible(start[None])[0]:
+        nearest = nearest_feasible(search.space, start, search.objective.feasible, np.random.default_rng(search.seed))
+        if nearest is not None:
+            stopped = local(search, nearest)
+    return stopped
+
+
 def run(search: Search) -> Outcome:
     if search.spec.start is None:
         raise ValueError("checkpoint needs a start plan or fixture")
-    start = np.array(search.spec.start, dtype=np.int16)
-    stopped = climb(search, start)
-    if not search.top() and not search.objective.feasible(start[None])[0]:     # ruled out, and so is all around it
-        nearest = nearest_feasible(search.space, start, search.objective.feasible, np.random.default_rng(search.seed))
-        if nearest is not None:
-            stopped = climb(search, nearest)
+    stopped = from_allowed(search, np.array(search.spec.start, dtype=np.int16), climb)
     return search.finish(search.top(), stopped)

@@ -12,8 +12,9 @@ from __future__ import annotations
 import numpy as np
 
 from tuner.search import Outcome, Search
+from tuner.strategies.checkpoint import from_allowed
 from tuner.strategies.interactions import learned
-from tuner.strategies.neighbourhood import grid, nearest_feasible, singles
+from tuner.strategies.neighbourhood import grid, singles
 
 BATCH = 4096
 GRID_KNOBS = 10                     # ordinal knobs the sweep's grid spans (3**10 = 59049 configurations at most)
@@ -49,9 +50,5 @@ def _focus(search: Search, center: np.ndarray) -> str:
 
 def run(search: Search) -> Outcome:
     center = search.best.idx if search.best is not None else np.array(search.spec.start, dtype=np.int16)
-    stopped = _focus(search, center)
-    if not search.top() and not search.objective.feasible(center[None])[0]:     # ruled out, and so is all around it
-        nearest = nearest_feasible(search.space, center, search.objective.feasible, np.random.default_rng(search.seed))
-        if nearest is not None:
-            stopped = _focus(search, nearest)
+    stopped = from_allowed(search, center, _focus)
     return search.finish(search.top(), stopped)
