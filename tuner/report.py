@@ -95,8 +95,9 @@ def marginals_info(history: History, objective: str, mode: str, space: Space) ->
     return out
 
 
-def figures(info: dict[str, Any], unit: str) -> list[tuple[str, Any]]:
-    """``(heading, plotly figure)`` for every section of ``info`` (the ``*_info`` results) that has data."""
+def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> list[tuple[str, Any]]:
+    """``(heading, plotly figure)`` for every section of ``info`` (the ``*_info`` results) that has data; the
+    convergence is drawn against ``optimum`` where the objective's best is known (a replayed cache)."""
     import plotly.graph_objects as go
 
     figures: list[tuple[str, go.Figure]] = []
@@ -104,6 +105,8 @@ def figures(info: dict[str, Any], unit: str) -> list[tuple[str, Any]]:
         fig = go.Figure([go.Scatter(x=s["evaluations"], y=s["best"], mode="lines", name=s["study"], line_shape="hv")
                          for s in info["convergence"]])
         fig.update_layout(xaxis_title="evaluations", yaxis_title=f"best so far ({unit}, lower is better)", yaxis_type="log")
+        if optimum is not None:
+            fig.add_hline(y=optimum, line_dash="dash", annotation_text=f"the cache's optimum, {optimum:g} {unit}")
         figures.append(("Convergence of every study (its trials in order; a sweep keeps only its finalists)", fig))
     if info.get("importance"):
         knobs = list(info["importance"])[::-1]
@@ -140,11 +143,11 @@ def figures(info: dict[str, Any], unit: str) -> list[tuple[str, Any]]:
     return figures
 
 
-def page(title: str, info: dict[str, Any], unit: str) -> str:
+def page(title: str, info: dict[str, Any], unit: str, optimum: float | None = None) -> str:
     """The report page: a figure per section that has data (plotly.js embedded once)."""
     import plotly.io as pio
 
-    drawn = figures(info, unit)
+    drawn = figures(info, unit, optimum)
     parts = [f"<h1>{escape(title)}</h1>"]
     for i, (heading, fig) in enumerate(drawn):
         parts.append(f"<h2>{escape(heading)}</h2>")

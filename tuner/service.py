@@ -647,7 +647,8 @@ def report(ctx: Context, out: str = f"{OUTPUT_DIR}/report.html") -> dict[str, An
         raise ServiceError(f"out must name an .html file under {OUTPUT_DIR}/, got {quoted(out)}")
     info = report_info(ctx)
     unit = "cycles" if ctx.is_plan else "ms"
-    backup = ctx.workspace.write("output", out, page(f"Tuning report: {ctx.objective.label} ({ctx.objective.name})", info, unit))
+    title = f"Tuning report: {ctx.objective.label} ({ctx.objective.name})"
+    backup = ctx.workspace.write("output", out, page(title, info, unit, ctx.objective.optimum))
     return {"path": str(PurePosixPath(ctx.workspace.path(out).relative_to(ctx.workspace.root))), "backup": backup,
             "sections": [k for k, v in info.items() if v]}
 

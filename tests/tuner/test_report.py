@@ -62,6 +62,7 @@ def test_report_of_a_cache_leaves_out_what_does_not_apply(tmp_path):
     assert "trace" not in out["sections"] and "scatter" not in out["sections"] and "convergence" in out["sections"]
     text = (tmp_path / out["path"]).read_text()
     assert "Where the cycles go" not in text and "Marginal: bx" in text
+    assert f"the cache's optimum, {ctx.objective.optimum:g} ms" in text                   # the line convergence aims at
     assert f"<h1>Tuning report: cache {cache.name} ({ctx.objective.name})</h1>" in text      # named as the user knows it
     ctx.close()
 
@@ -102,6 +103,7 @@ def test_the_report_renders_every_figure_in_headless_chromium(searched):
     out = service.report(service.Context.create(searched, tool="report"))
     assert set(out["sections"]) == {"convergence", "importance", "marginals", "scatter", "trace"}
     path = Path(searched / out["path"])
+    assert "the cache's optimum" not in path.read_text()                 # the tensor plan's best is not known
     errors: list[str] = []
     with sync_playwright() as p:
         browser = p.chromium.launch(executable_path=shutil.which("chromium"), args=["--no-sandbox"])
