@@ -105,8 +105,10 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
         fig = go.Figure([go.Scatter(x=s["evaluations"], y=s["best"], mode="lines", name=s["study"], line_shape="hv")
                          for s in info["convergence"]])
         fig.update_layout(xaxis_title="evaluations", yaxis_title=f"best so far ({unit}, lower is better)", yaxis_type="log")
-        if optimum is not None:
-            fig.add_hline(y=optimum, line_dash="dash", annotation_text=f"the cache's optimum, {optimum:g} {unit}")
+        if optimum is not None:                 # a trace, not a shape: a shape's label on a log axis is placed in log units
+            last = max(s["evaluations"][-1] for s in info["convergence"])
+            fig.add_trace(go.Scatter(x=[1, last], y=[optimum, optimum], mode="lines", line={"dash": "dash", "color": "black"},
+                                     name=f"the cache's optimum, {optimum:g} {unit}"))
         figures.append(("Convergence of every study (its trials in order; a sweep keeps only its finalists)", fig))
     if info.get("importance"):
         knobs = list(info["importance"])[::-1]
