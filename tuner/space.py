@@ -293,13 +293,17 @@ class Space:
         if not conditions or not len(idx):
             return ok
         names = self.values(idx)
+        faulted = []
         for condition in conditions:
             try:
                 with np.errstate(all="raise"):
                     ok &= np.broadcast_to(np.asarray(evaluate(condition, names), dtype=bool), ok.shape)
             except ExpressionError:                        # a fault on the values, or the arrays past the bounds
-                columns = [column.tolist() for column in names.values()]                # Python values, objects as they are
-                ok &= [self._allows(condition, dict(zip(names, row, strict=True))) for row in zip(*columns, strict=True)]
+                faulted.append(condition)
+        for condition in faulted:                          # row by row, where the other restrictions allow
+            rows = np.flatnonzero(ok)
+            columns = [column[rows].tolist() for column in names.values()]            # Python values, objects as they are
+            ok[rows] = [self._allows(condition, dict(zip(names, row, strict=True))) for row in zip(*columns, strict=True)]
         return ok
 
     @staticmethod

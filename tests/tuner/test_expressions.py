@@ -124,3 +124,15 @@ def test_a_restriction_rules_out_exactly_what_python_would_for_each_configuratio
                                                   "Conditions": [{"Expression": condition.text}]}})
     configs = [dict(zip(KNOBS, values, strict=True)) for values in itertools.product(*KNOBS.values())]
     assert space.allowed(space.encode_many(configs)).tolist() == [_python_allows(condition, c) for c in configs], condition.text
+
+
+@settings(max_examples=300)
+@given(conditions=st.lists(st.recursive(LEAVES, _combine, max_leaves=6), min_size=2, max_size=3))
+@example(conditions=[Condition("(bx % tile) == 0", lambda c: (c["bx"] % c["tile"]) == 0), Condition("tile > 0", lambda c: c["tile"] > 0)])
+def test_several_restrictions_rule_out_what_python_would_with_each_evaluated_alone(conditions):
+    """A restriction that faults on some values (it divides by zero) is evaluated row by row only where the others
+    allow; together they rule out exactly what Python would."""
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": n, "Values": v} for n, v in KNOBS.items()],
+                                                  "Conditions": [{"Expression": c.text} for c in conditions]}})
+    configs = [dict(zip(KNOBS, values, strict=True)) for values in itertools.product(*KNOBS.values())]
+    assert space.allowed(space.encode_many(configs)).tolist() == [all(_python_allows(c, config) for c in conditions) for config in configs]
