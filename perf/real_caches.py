@@ -31,7 +31,6 @@ from __future__ import annotations
 import argparse
 import functools
 import gzip
-import itertools
 import json
 import multiprocessing
 import random
@@ -46,6 +45,7 @@ from arguments import at_least_one
 from tuner.history import History
 from tuner.objectives.cache import CacheObjective
 from tuner.search import Search, Spec
+from tuner.space import ENUMERATION_CHUNK, WHOLE_SPACE, Space, load_profile
 from tuner.strategies import STRATEGIES
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -115,18 +115,25 @@ def _optuna(cache: Path, t1: Path | None, method: str, seed: int, budget: int) -
 
 
 @functools.cache
-def _kernel_tuner_cache(cache: Path) -> Path:
-    """A copy of the cache holding every configuration the restrictions allow; unmeasured ones as InvalidConfig."""
+def _kernel_tuner_cache(cache: Path, space: Space) -> Path:
+    """A copy of the cache holding every configuration the restrictions allow; unmeasured ones as InvalidConfig.
+    Those the restrictions rule out are not added: Kernel Tuner never asks for them, and a space of millions of
+    configurations would make a copy of gigabytes."""
     data = json.loads(gzip.decompress(cache.read_bytes()) if cache.suffix == ".gz" else cache.read_bytes())
-    keys, params = data["tune_params_keys"], data["tune_params"]
+    keys = data["tune_params_keys"]
     records = dict(data["cache"])
-    for combo in itertools.product(*(params[k] for k in keys)):
-        key = ",".join(str(v) for v in combo)
-        if key not in records:
-            records[key] = dict(zip(keys, combo, strict=True)) | {"time": "InvalidConfig"}
+    whole = load_profile(WHOLE_SPACE, space)
+    for start in range(0, whole.size, ENUMERATION_CHUNK):
+        idx = whole.plans(start, start + ENUMERATION_CHUNK)
+        for row in idx[space.allowed(idx)]:
+            config = space.decode(row)
+            key = ",".join(str(config[k]) for k in keys)
+            if key not in records:
+                records[key] = {k: config[k] for k in keys} | {"time": "InvalidConfig"}
     path = Path(tempfile.mkdtemp(prefix="perf-kt-")) / "cache.json"
-    path.write_text(json.dumps(data | {"cache": records}))
-    return path
+    rest = {k: v for k, v in data.items() if k != "cache"}
+    path.write_text(json.dumps(rest | {"cache": records}))      # cache last: Kernel Tuner reads a file that does not
+    return path                                                 # end in '}}}' as one a tuning run left open
 
 
 def _kernel_tuner(cache: Path, t1: Path | None, strategy: str, seed: int, budget: int) -> list[float]:
@@ -134,7 +141,7 @@ def _kernel_tuner(cache: Path, t1: Path | None, strategy: str, seed: int, budget
 
     space = _objective(cache, t1).space
     data = json.loads(gzip.decompress(cache.read_bytes()) if cache.suffix == ".gz" else cache.read_bytes())
-    copy = _kernel_tuner_cache(cache)
+    copy = _kernel_tuner_cache(cache, space)
     random.seed(seed)                                       # Kernel Tuner's strategies draw from both global states
     np.random.seed(seed)
     with warnings.catch_warnings():
