@@ -115,10 +115,10 @@ def _optuna(cache: Path, t1: Path | None, method: str, seed: int, budget: int) -
 
 
 @functools.cache
-def _kernel_tuner_cache(cache: Path, space: Space) -> Path:
-    """A copy of the cache holding every configuration the restrictions allow; unmeasured ones as InvalidConfig.
-    Those the restrictions rule out are not added: Kernel Tuner never asks for them, and a space of millions of
-    configurations would make a copy of gigabytes."""
+def _kernel_tuner_cache(cache: Path, space: Space) -> tuple[Path, dict]:
+    """A copy of the cache holding every configuration the restrictions allow, unmeasured ones as InvalidConfig, and
+    the cache's header (all but its records). Those the restrictions rule out are not added: Kernel Tuner never asks
+    for them, and a space of millions of configurations would make a copy of gigabytes."""
     data = json.loads(gzip.decompress(cache.read_bytes()) if cache.suffix == ".gz" else cache.read_bytes())
     keys = data["tune_params_keys"]
     records = dict(data["cache"])
@@ -131,17 +131,16 @@ def _kernel_tuner_cache(cache: Path, space: Space) -> Path:
             if key not in records:
                 records[key] = {k: config[k] for k in keys} | {"time": "InvalidConfig"}
     path = Path(tempfile.mkdtemp(prefix="perf-kt-")) / "cache.json"
-    rest = {k: v for k, v in data.items() if k != "cache"}
-    path.write_text(json.dumps(rest | {"cache": records}))      # cache last: Kernel Tuner reads a file that does not
-    return path                                                 # end in '}}}' as one a tuning run left open
+    header = {k: v for k, v in data.items() if k != "cache"}
+    path.write_text(json.dumps(header | {"cache": records}))    # cache last: Kernel Tuner reads a file that does not
+    return path, header                                         # end in '}}}' as one a tuning run left open
 
 
 def _kernel_tuner(cache: Path, t1: Path | None, strategy: str, seed: int, budget: int) -> list[float]:
     import kernel_tuner
 
     space = _objective(cache, t1).space
-    data = json.loads(gzip.decompress(cache.read_bytes()) if cache.suffix == ".gz" else cache.read_bytes())
-    copy = _kernel_tuner_cache(cache, space)
+    copy, data = _kernel_tuner_cache(cache, space)         # read once per process, not once per run
     random.seed(seed)                                       # Kernel Tuner's strategies draw from both global states
     np.random.seed(seed)
     with warnings.catch_warnings():

@@ -240,7 +240,7 @@ class Space:
         the knobs that restrictions link are drawn together from the list of their allowed values (made once per
         space, for a group of at most ``ENUMERATED`` configurations), the others each uniformly. A larger group is
         redrawn where its restrictions fail, ``DRAW_TRIES`` times, and the rows still ruled out are left out."""
-        rows = np.stack([rng.integers(0, size, count) for size in self.sizes], axis=1).astype(np.int16).reshape(count, len(self.knobs))
+        rows = np.stack([rng.integers(0, size, count) for size in self.sizes], axis=1).astype(np.int16)
         for positions, conditions, table in self._groups:
             if table is not None:
                 rows[:, positions] = table[rng.integers(0, len(table), count)] if len(table) else 0

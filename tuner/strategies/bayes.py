@@ -10,8 +10,8 @@ noise are chosen at every ask by the marginal likelihood, coordinate-wise over a
 the candidate with the highest expected improvement times its chance of not failing. The candidates
 are the whole space where it holds at most ``CANDIDATES`` configurations, else that many drawn at
 random among those the restrictions allow, plus every single move from the three best and every
-one-step pair from the best; the cheaply infeasible and those scored before are left out. The first evaluations are ``quick``'s
-space-filling design. The processes hold at most ``WINDOW`` evaluations (the best and the most
+one-step pair from the best; the cheaply infeasible and those scored before are left out. The
+first evaluations are ``quick``'s space-filling design. The processes hold at most ``WINDOW`` evaluations (the best and the most
 recent halves), so an ask's cost does not grow with the history. A proposal another worker of the
 study is scoring is left out of later asks until its value arrives, so cooperating workers propose
 apart. Lower values are better.
