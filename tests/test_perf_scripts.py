@@ -23,6 +23,7 @@ from conftest import ROOT
     ("real_caches.py", ["--methods", "tpe"], "--methods: invalid choice: 'tpe'"),
     ("real_caches.py", ["--only", "zzz"], "no cache starts with zzz in"),
     ("program_runs.py", ["--runs", "0"], "--runs: '0' is not a count of at least 1"),
+    ("space_speed.py", ["--configs", "0"], "--configs: '0' is not a count of at least 1"),
     ("workers.py", ["--workers", "1", "0"], "--workers: '0' is not a count of at least 1"),
     ("workers.py", ["--seconds", "nan"], "--seconds: 'nan' is not a number of seconds above 0"),
     ("workers.py", ["--crowd", "4", "--kills", "5"], "--kills: 5 is not between 0 and the crowd's 4 workers"),

@@ -8,8 +8,9 @@ Everything else (attributes, subscripts, other calls, dunder names, lambdas, imp
 is refused with :class:`ExpressionError` naming the expression. Python's ``eval`` is never used.
 
 Names may be bound to numpy arrays: a condition is then evaluated for many configurations at once
-(``and``/``or``/``not`` and chained comparisons become element-wise). On scalars, ``and``, ``or`` and
-chained comparisons short-circuit as in Python, so a guard such as ``t == 0 or n % t == 0`` holds.
+(``and``/``or``/``not``, conditional expressions and chained comparisons become element-wise). ``and``,
+``or`` and conditional expressions evaluate an operand only for the configurations where Python would,
+and on scalars chained comparisons short-circuit too, so a guard such as ``t == 0 or n % t == 0`` holds.
 """
 
 from __future__ import annotations
@@ -84,16 +85,6 @@ def _arithmetic(value: Any) -> Any:
     """``value``, with an array of booleans made integers: in arithmetic Python counts True as 1 (numpy's
     ``True + True`` is True)."""
     return value.astype(np.int64) if isinstance(value, np.ndarray) and value.dtype == bool else value
-
-
-def _and(a: Any, b: Any) -> Any:
-    """Python's ``a and b`` element by element: ``b`` where ``a`` is true, else ``a``."""
-    return np.where(np.asarray(a, dtype=bool), b, a)
-
-
-def _or(a: Any, b: Any) -> Any:
-    """Python's ``a or b`` element by element: ``a`` where it is true, else ``b``."""
-    return np.where(np.asarray(a, dtype=bool), a, b)
 
 
 def _elementwise(vector: Callable[[Any, Any], Any], out: Any, value: Any) -> Any:
@@ -178,13 +169,39 @@ class _Interpreter:
             return +_arithmetic(value)
         raise self.refuse(node, f"operator {type(node.op).__name__} is not allowed")
 
+    def on(self, rows: np.ndarray, node: ast.AST) -> Any:
+        """``node``'s value for the configurations where ``rows`` (a mask over them) holds, as an array over all of them
+        (zeros elsewhere), or its one value where it holds everywhere; ``None`` where it holds nowhere. ``node`` is
+        evaluated for those configurations alone, as Python would evaluate it for each, so that a guarded operand
+        (``n % t`` in ``t == 0 or n % t == 0``) does not fault where its guard decides."""
+        if rows.all():
+            return self.run(node)
+        if not rows.any():
+            return None
+        outer, total = self.scopes, len(rows)
+        self.scopes = [{name: v[rows] if isinstance(v, np.ndarray) and v.shape[:1] == (total,) else v for name, v in scope.items()}
+                       for scope in outer]
+        try:
+            value = np.asarray(self.run(node))
+        finally:
+            self.scopes = outer
+        full = np.zeros(total, dtype=value.dtype)
+        full[rows] = value
+        return full
+
     def _BoolOp(self, node: ast.BoolOp) -> Any:
         is_and = isinstance(node.op, ast.And)
         out = self.run(node.values[0])
         for item in node.values[1:]:
-            if not isinstance(out, np.ndarray) and (not out if is_and else out):
+            if isinstance(out, np.ndarray):                         # the rest, where Python's short-circuit reaches it
+                truth = np.asarray(out, dtype=bool)
+                rest = truth if is_and else ~truth
+                if rest.any():
+                    out = np.where(rest, self.on(rest, item), out)
+            elif not out if is_and else out:
                 return out                                          # Python's short-circuit: the rest is not evaluated
-            out = _elementwise(_and if is_and else _or, out, self.run(item))
+            else:
+                out = self.run(item)
         return out
 
     def _Compare(self, node: ast.Compare) -> Any:
@@ -200,7 +217,10 @@ class _Interpreter:
     def _IfExp(self, node: ast.IfExp) -> Any:
         test = self.run(node.test)
         if isinstance(test, np.ndarray):
-            return np.where(test, self.run(node.body), self.run(node.orelse))
+            truth = np.asarray(test, dtype=bool)
+            if not truth.any() or truth.all():
+                return self.run(node.body if truth.all() else node.orelse)
+            return np.where(truth, self.on(truth, node.body), self.on(~truth, node.orelse))
         return self.run(node.body) if test else self.run(node.orelse)
 
     def _Call(self, node: ast.Call) -> Any:

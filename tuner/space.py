@@ -231,8 +231,9 @@ class Space:
         evaluate each restriction for it: one that divides by zero for a configuration rules it out, any other
         failure is a :class:`SpaceError`.
 
-        A restriction is evaluated for all rows at once; where that fails (a division by zero, an operation numpy
-        refuses, arrays past the evaluator's bounds), it is evaluated again row by row, as Python would."""
+        A restriction is evaluated for all rows at once (a guarded operand only where its guard lets Python reach it);
+        where that fails (a division by zero, an operation numpy refuses, arrays past the evaluator's bounds), it is
+        evaluated again row by row, as Python would."""
         return self._passes(self.conditions, idx)
 
     def draw(self, count: int, rng: np.random.Generator) -> np.ndarray:

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tuner.expressions import MAX_ITEMS, ExpressionError, evaluate, names_in
+from tuner.expressions import MAX_ITEMS, ArithmeticFault, ExpressionError, evaluate, names_in
 from tuner.space import space_from_t1
 
 
@@ -39,6 +39,26 @@ def test_names_are_bound_and_conditions_run_on_arrays():
     assert both.tolist() == [False, True, True, False]
     assert evaluate("not x > 20", {"x": x}).tolist() == [True, False, False, False]
     assert names_in("[i * tile for i in range(3)] and a < b") == {"tile", "a", "b"}
+
+
+@pytest.mark.parametrize(("text", "meaning"), [
+    ("t == 0 or n % t == 0", lambda t, n: t == 0 or n % t == 0),
+    ("t != 0 and n // t > 1", lambda t, n: t != 0 and n // t > 1),
+    ("t and n % t", lambda t, n: t and n % t),
+    ("n / t < 3 if t else n > 4", lambda t, n: n / t < 3 if t else n > 4),
+    ("(n % t if t > 1 else 0) or t == 0 or n // t == 2", lambda t, n: (n % t if t > 1 else 0) or t == 0 or n // t == 2),
+])
+def test_on_arrays_an_operand_is_evaluated_only_where_python_would(text, meaning):
+    """A guarded division runs on all configurations at once, without a fault, with Python's value for each: the
+    guard decides where the division is evaluated (before, the whole array faulted and each configuration was
+    evaluated again alone). The guard after the division guards nothing, as in Python."""
+    t, n = np.array([0, 1, 2, 3, 0, 2]), np.array([5, 4, 4, 7, 3, 5])
+    with np.errstate(all="raise"):                      # as Space.allowed evaluates: a division by zero faults
+        value = evaluate(text, {"t": t, "n": n})
+        with pytest.raises(ArithmeticFault):
+            evaluate("n % t == 0 or t == 0", {"t": t, "n": n})
+    expected = [meaning(int(a), int(b)) for a, b in zip(t, n, strict=True)]
+    assert np.asarray(value).tolist() == expected
 
 
 @pytest.mark.parametrize(("text", "fragment"), [
