@@ -170,14 +170,12 @@ class _Interpreter:
         raise self.refuse(node, f"operator {type(node.op).__name__} is not allowed")
 
     def on(self, rows: np.ndarray, node: ast.AST) -> Any:
-        """``node``'s value for the configurations where ``rows`` (a mask over them) holds, as an array over all of them
-        (zeros elsewhere), or its one value where it holds everywhere; ``None`` where it holds nowhere. ``node`` is
-        evaluated for those configurations alone, as Python would evaluate it for each, so that a guarded operand
-        (``n % t`` in ``t == 0 or n % t == 0``) does not fault where its guard decides."""
+        """``node``'s value for the configurations where ``rows`` (a mask over them, true somewhere) holds, as an array
+        over all of them (zeros elsewhere), or its one value where it holds everywhere. ``node`` is evaluated for those
+        configurations alone, as Python would evaluate it for each, so that a guarded operand (``n % t`` in
+        ``t == 0 or n % t == 0``) does not fault where its guard decides."""
         if rows.all():
             return self.run(node)
-        if not rows.any():
-            return None
         outer, total = self.scopes, len(rows)
         self.scopes = [{name: v[rows] if isinstance(v, np.ndarray) and v.shape[:1] == (total,) else v for name, v in scope.items()}
                        for scope in outer]
