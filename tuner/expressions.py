@@ -8,9 +8,9 @@ Everything else (attributes, subscripts, other calls, dunder names, lambdas, imp
 is refused with :class:`ExpressionError` naming the expression. Python's ``eval`` is never used.
 
 Names may be bound to numpy arrays: a condition is then evaluated for many configurations at once
-(``and``/``or``/``not``, conditional expressions and chained comparisons become element-wise). ``and``,
-``or`` and conditional expressions evaluate an operand only for the configurations where Python would,
-and on scalars chained comparisons short-circuit too, so a guard such as ``t == 0 or n % t == 0`` holds.
+(``and``/``or``/``not``, conditional expressions and chained comparisons become element-wise). Each evaluates
+an operand only where Python would (for the configurations its short-circuit reaches), so a guard such as
+``t == 0 or n % t == 0`` or ``0 < t <= n // t`` holds.
 """
 
 from __future__ import annotations
@@ -174,6 +174,7 @@ class _Interpreter:
         over all of them (zeros elsewhere), or its one value where it holds everywhere. ``node`` is evaluated for those
         configurations alone, as Python would evaluate it for each, so that a guarded operand (``n % t`` in
         ``t == 0 or n % t == 0``) does not fault where its guard decides."""
+        rows = np.asarray(rows, dtype=bool)
         if rows.all():
             return self.run(node)
         outer, total = self.scopes, len(rows)
@@ -205,7 +206,9 @@ class _Interpreter:
     def _Compare(self, node: ast.Compare) -> Any:
         left, out = self.run(node.left), True
         for op, comparator in zip(node.ops, node.comparators, strict=True):
-            right = self.run(comparator)
+            if isinstance(out, np.ndarray) and not out.any():
+                return out
+            right = self.on(out, comparator) if isinstance(out, np.ndarray) else self.run(comparator)    # where the chain goes on
             out = _elementwise(np.logical_and, out, _COMPARE[type(op)](left, right))
             if not isinstance(out, np.ndarray) and not out:
                 return out                                          # a chain short-circuits too

@@ -46,6 +46,7 @@ def test_names_are_bound_and_conditions_run_on_arrays():
     ("t != 0 and n // t > 1", lambda t, n: t != 0 and n // t > 1),
     ("t and n % t", lambda t, n: t and n % t),
     ("n / t < 3 if t else n > 4", lambda t, n: n / t < 3 if t else n > 4),
+    ("0 < t <= n // t < 5", lambda t, n: 0 < t <= n // t < 5),
     ("(n % t if t > 1 else 0) or t == 0 or n // t == 2", lambda t, n: (n % t if t > 1 else 0) or t == 0 or n // t == 2),
 ])
 def test_on_arrays_an_operand_is_evaluated_only_where_python_would(text, meaning):
@@ -119,13 +120,23 @@ def _binary(a: Condition, op: str, b: Condition) -> Condition:
     return Condition(f"({a.text} {op} {b.text})", lambda c: BINARY[op](a.meaning(c), b.meaning(c)))
 
 
+def _chain(a: Condition, op: str, b: Condition, op2: str, c: Condition) -> Condition:
+    """``a op b op2 c``: ``c`` is evaluated only where ``a op b`` holds, and ``b`` once."""
+    def meaning(config: dict[str, Any]) -> Any:
+        middle = b.meaning(config)
+        return BINARY[op](a.meaning(config), middle) and BINARY[op2](middle, c.meaning(config))
+    return Condition(f"({a.text} {op} {b.text} {op2} {c.text})", meaning)
+
+
 def _combine(inner: st.SearchStrategy[Condition]) -> st.SearchStrategy[Condition]:
     both = st.tuples(inner, inner).map(lambda t: Condition(f"({t[0].text} and {t[1].text})", lambda c: t[0].meaning(c) and t[1].meaning(c)))
     either = st.tuples(inner, inner).map(lambda t: Condition(f"({t[0].text} or {t[1].text})", lambda c: t[0].meaning(c) or t[1].meaning(c)))
     negated = inner.map(lambda t: Condition(f"(not {t.text})", lambda c: not t.meaning(c)))
     chosen = st.tuples(inner, inner, inner).map(lambda t: Condition(
         f"({t[0].text} if {t[1].text} else {t[2].text})", lambda c: t[0].meaning(c) if t[1].meaning(c) else t[2].meaning(c)))
-    return st.builds(_binary, inner, st.sampled_from(sorted(BINARY)), inner) | both | either | negated | chosen
+    comparisons = st.sampled_from(["<", "<=", "==", "!=", ">"])
+    chain = st.builds(_chain, inner, comparisons, inner, comparisons, inner)
+    return st.builds(_binary, inner, st.sampled_from(sorted(BINARY)), inner) | both | either | negated | chosen | chain
 
 
 def _python_allows(condition: Condition, config: dict[str, Any]) -> bool:
