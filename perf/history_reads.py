@@ -38,7 +38,7 @@ def build(workspace: Path, studies: int, trials: int) -> str:
     history, objective = History(url), BuiltinObjective()
     rng = np.random.default_rng(0)
     for s in range(studies):
-        idx = np.stack([rng.integers(0, size, trials) for size in SPACE.sizes], axis=1).astype(np.int16)
+        idx = SPACE.uniform(trials, rng)
         idx = np.unique(idx, axis=0)
         result = objective.evaluate(idx, "dev")
         hashes = [SPACE.hash_idx(row) for row in idx]

@@ -31,7 +31,7 @@ def main() -> None:
                              {"Name": "m", "Values": "list(range(100))"}],
         "Conditions": [{"Expression": c} for c in RESTRICTIONS]}})
     rng = np.random.default_rng(0)
-    idx = np.stack([rng.integers(0, s, args.configs) for s in space.sizes], axis=1).astype(np.int16)
+    idx = space.uniform(args.configs, rng)
     started = time.perf_counter()
     at_once = space.allowed(idx)
     rate = args.configs / (time.perf_counter() - started)

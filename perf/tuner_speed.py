@@ -184,7 +184,7 @@ def ask_cost(trials: int = 300, asks: int = 50) -> None:
     """ms per ask of Optuna's default TPE (every knob categorical) and of ``Parzen``, each told the same ``trials``
     random plans."""
     rng = np.random.default_rng(0)
-    idx = np.stack([rng.integers(0, s, trials) for s in SPACE.sizes], axis=1).astype(np.int16)
+    idx = SPACE.uniform(trials, rng)
     values = BuiltinObjective().cycles(idx, "dev")
     categorical = {k.name: CategoricalDistribution(list(k.choices)) for k in SPACE.knobs}
     study = optuna.create_study(sampler=optuna.samplers.TPESampler(seed=0))
@@ -213,7 +213,7 @@ def bayes_cost(held: tuple[int, ...] = (100, 200, 1000), asks: int = 5) -> None:
     for count in held:
         rng = np.random.default_rng(0)
         search = Search(_history(), BuiltinObjective(), Spec(strategy="bayes", mode="dev", max_evals=count + asks, seed=0))
-        plans = np.stack([rng.integers(0, s, 20 * count) for s in SPACE.sizes], axis=1).astype(np.int16)
+        plans = SPACE.uniform(20 * count, rng)
         search.evaluate(plans[search.objective.feasible(plans)][:count], {"phase": "random"})
         start = time.perf_counter()
         for _ in range(asks):

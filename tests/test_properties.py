@@ -209,7 +209,7 @@ def _metrics(result: Any, i: int) -> dict[str, Any]:
 def test_the_gate_never_applies_an_incorrect_or_final_regressing_plan_over_10000_pairs():
     rng = np.random.default_rng(11)
     objective = BuiltinObjective()
-    current = np.stack([rng.integers(0, s, 10_000) for s in SPACE.sizes], axis=1).astype(np.int16)
+    current = SPACE.uniform(10_000, rng)
     candidate = current.copy()                              # half near neighbours (1-3 knobs changed), half anywhere
     for row in range(10_000):
         knobs = rng.choice(len(SPACE.knobs), size=rng.integers(1, 4) if row % 2 else len(SPACE.knobs), replace=False)

@@ -236,12 +236,16 @@ class Space:
         evaluated again row by row, as Python would."""
         return self._passes(self.conditions, idx)
 
+    def uniform(self, count: int, rng: np.random.Generator) -> np.ndarray:
+        """``count`` configurations (index vectors) uniformly at random over the whole space, restrictions aside."""
+        return np.stack([rng.integers(0, size, count) for size in self.sizes], axis=1).astype(np.int16)
+
     def draw(self, count: int, rng: np.random.Generator) -> np.ndarray:
         """Up to ``count`` configurations that the restrictions allow, uniformly among them, however few they are:
         the knobs that restrictions link are drawn together from the list of their allowed values (made once per
         space, for a group of at most ``ENUMERATED`` configurations), the others each uniformly. A larger group is
         redrawn where its restrictions fail, ``DRAW_TRIES`` times, and the rows still ruled out are left out."""
-        rows = np.stack([rng.integers(0, size, count) for size in self.sizes], axis=1).astype(np.int16)
+        rows = self.uniform(count, rng)
         for positions, conditions, table in self._groups:
             if table is not None:
                 rows[:, positions] = table[rng.integers(0, len(table), count)] if len(table) else 0

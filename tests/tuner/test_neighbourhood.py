@@ -92,7 +92,7 @@ def _climbed(tmp_path, plan: dict, explored: int = 0, objective: BuiltinObjectiv
     search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), objective, Spec(strategy="checkpoint", mode="dev", max_evals=400 + explored,
                                                                               seed=0))
     rng = np.random.default_rng(0)
-    random = np.stack([rng.integers(0, size, 4 * explored) for size in SPACE.sizes], axis=1).astype(np.int16)
+    random = SPACE.uniform(4 * explored, rng)
     search.evaluate(random[OBJECTIVE.feasible(random)][:explored])
     assert climb(search, encode(plan), phases=()) == "converged"
     return search.best.value                            # random configurations are far worse than the traps

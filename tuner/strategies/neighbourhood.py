@@ -148,7 +148,7 @@ def nearest_feasible(space: Space, start: np.ndarray, feasible: Callable[[np.nda
     start = np.asarray(start, dtype=np.int16)
     for keep in (0.9, 0.75, 0.5, 0.25, 0.0):
         if keep:
-            drawn = np.stack([rng.integers(0, size, NEAREST_DRAWS) for size in space.sizes], axis=1).astype(np.int16)
+            drawn = space.uniform(NEAREST_DRAWS, rng)
             rows = np.where(rng.random(drawn.shape) < keep, start, drawn)
         else:
             rows = space.draw(NEAREST_DRAWS, rng)

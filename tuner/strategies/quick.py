@@ -54,7 +54,7 @@ def feasible_design(search: Search, rng: np.random.Generator) -> np.ndarray:
         bad = ~search.objective.feasible(rows)
         if not bad.any():
             return rows
-        rows[bad] = np.stack([rng.integers(0, size, bad.sum()) for size in search.space.sizes], axis=1)
+        rows[bad] = search.space.uniform(bad.sum(), rng)
     bad = np.flatnonzero(~search.objective.feasible(rows))
     drawn = search.space.draw(len(bad), rng)
     rows[bad[:len(drawn)]] = drawn
