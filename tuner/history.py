@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import functools
 import json
+import logging
+import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
@@ -115,6 +117,25 @@ T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
 optuna.logging.set_verbosity(optuna.logging.WARNING)
+
+
+class _PoolLog(logging.Handler):
+    """SQLAlchemy's connection pool logs an error that hits a connection as it is returned (a lost server, Ctrl-C or
+    SIGTERM during the rollback) with its traceback, through Python's last-resort handler (or the MCP server's). This
+    says it in one line on standard error instead, and not at all for an interruption, which propagates: the command
+    says it stopped."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        error = record.exc_info[1] if record.exc_info else None
+        if error is not None and not isinstance(error, Exception):
+            return
+        words = f": {error.__class__.__name__}: {first_line(error)}" if error is not None else ""
+        print(f"{record.name}: {record.getMessage()}{words}", file=sys.stderr)
+
+
+_POOL_LOG = logging.getLogger("sqlalchemy.pool")
+_POOL_LOG.addHandler(_PoolLog(logging.WARNING))
+_POOL_LOG.propagate = False                             # said once, not again by a handler the application configures
 
 
 class HistoryError(RuntimeError):

@@ -247,3 +247,33 @@ def test_a_long_run_thins_its_trials_for_the_dashboard_and_resumes_exactly(works
     resumed = service.search_plans(ctx, "quick", max_evals=150, seed=4)   # same budget: nothing new, nothing lost
     assert resumed["new_evaluations"] == 0 and resumed["best"] == first["best"]
     ctx.close()
+
+
+RETURNED_CONNECTION_FAILS = '''
+import sys
+from tuner.history import History
+history = History(sys.argv[1])
+def rollback(connection):                   # what the rollback of a connection returned to the pool meets
+    raise {fault}("while the connection was returned")
+history.engine.dialect.do_rollback = rollback
+try:
+    history.engine.connect().close()
+except KeyboardInterrupt:
+    print("stopped")
+'''
+
+
+@pytest.mark.parametrize(("fault", "stdout", "stderr"), [
+    ("KeyboardInterrupt", "stopped\n", ""),
+    ("RuntimeError", "", "sqlalchemy.pool.impl.QueuePool: Exception during reset or similar: RuntimeError: while the connection was "
+                         "returned\n"),
+])
+def test_an_error_as_a_connection_is_returned_is_one_line_and_an_interruption_none(tmp_path, fault, stdout, stderr):
+    """Ctrl-C landing in the rollback of a connection going back to SQLAlchemy's pool printed the pool's log of it, a
+    traceback, before the command's own one line (seen in CI); an interruption propagates, so the pool says nothing of
+    it, and any other error there is one line."""
+    script = tmp_path / "script.py"
+    script.write_text(RETURNED_CONNECTION_FAILS.format(fault=fault))
+    out = subprocess.run([sys.executable, str(script), f"sqlite:///{tmp_path / 'history.db'}"], capture_output=True, text=True,
+                         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
+    assert (out.returncode, out.stdout, out.stderr) == (0, stdout, stderr)
