@@ -12,6 +12,7 @@ from conftest import ROOT
 
 
 @pytest.mark.parametrize(("script", "wrong", "named"), [
+    ("cache_load.py", ["--records", "0"], "--records: '0' is not a count of at least 1"),
     ("task_speed.py", ["--plans", "0"], "--plans: '0' is not a count of at least 1"),
     ("history_reads.py", ["--trials", "-5"], "--trials: '-5' is not a count of at least 1"),
     ("mcp_startup.py", ["--runs", "two"], "--runs: 'two' is not a count of at least 1"),

@@ -77,12 +77,20 @@ class Knob:
     def size(self) -> int:
         return len(self.choices)
 
+    @cached_property
+    def _positions(self) -> dict[tuple[type, Value], int]:
+        """Each value's index, keyed by its type too (``1``, ``1.0`` and ``True`` are three values)."""
+        positions: dict[tuple[type, Value], int] = {}
+        for i, choice in enumerate(self.choices):
+            positions.setdefault((type(choice), choice), i)
+        return positions
+
     def index(self, value: Any) -> int:
         """Index of ``value`` among ``choices`` (same type and value); ``ValueError`` otherwise."""
-        for i, choice in enumerate(self.choices):
-            if _same(choice, value):
-                return i
-        raise ValueError(f"knob {self.name!r}: {value!r} is not one of {self.allowed()}")
+        try:
+            return self._positions[type(value), value]
+        except (KeyError, TypeError):                       # TypeError: a list or an object, no knob's value
+            raise ValueError(f"knob {self.name!r}: {value!r} is not one of {self.allowed()}") from None
 
     def allowed(self) -> str:
         return ", ".join(str(c) for c in self.choices)

@@ -90,3 +90,11 @@ def test_malformed_profile_names_the_problem(tmp_path, content, fragment):
     (tmp_path / "broken.json").write_text(content)
     with pytest.raises(ProfileError, match=fragment):
         load_profile("broken", SPACE, tmp_path)
+
+
+def test_a_value_is_found_by_its_type_too():
+    (knob,) = space_from_tune_params({"m": [True, 1.0, 1, 2, "a", 0.0]}, ["m"], "toy", "toy").knobs
+    assert [knob.index(v) for v in (True, 1.0, 1, 2, "a", 0.0, -0.0)] == [0, 1, 2, 3, 4, 5, 5]     # -0.0 == 0.0
+    for value in (False, 2.0, "1", None, [1], {"m": 1}):
+        with pytest.raises(ValueError, match=r"knob 'm': .* is not one of True, 1\.0, 1, 2, a"):
+            knob.index(value)

@@ -41,7 +41,7 @@ def _kernel_tuner(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[
     for key, record in records.items():
         if not isinstance(record, dict):
             raise SpaceError(f"{source}: cache record {str(key)[:40]!r} is not an object")
-        out.append(({name: record.get(name) for name in space.names}, record.get("time", NO_TIME)))
+        out.append((record, record.get("time", NO_TIME)))                # the record configures its knobs
     return space, out
 
 
