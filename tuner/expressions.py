@@ -16,6 +16,7 @@ an operand only where Python would (for the configurations its short-circuit rea
 from __future__ import annotations
 
 import ast
+import keyword
 import operator
 from collections.abc import Callable, Mapping
 from functools import lru_cache
@@ -79,6 +80,15 @@ def _min_max(fold: Callable[[Any, Any], Any], builtin: Callable[..., Any]) -> Ca
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
     "range": _range, "list": _list, "len": len, "min": _min_max(np.minimum, min), "max": _min_max(np.maximum, max),
 }
+
+
+FUNCTION_NAMES = tuple(_FUNCTIONS)
+
+
+def reserved(name: str) -> bool:
+    """Whether an expression could not name a knob called ``name``: a Python keyword (``True``, ``lambda``...),
+    or a function expressions call."""
+    return keyword.iskeyword(name) or name in _FUNCTIONS
 
 
 def _arithmetic(value: Any) -> Any:

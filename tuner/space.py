@@ -27,7 +27,7 @@ from typing import Any, Literal
 import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
-from tuner.expressions import ArithmeticFault, ExpressionError, evaluate, names_in
+from tuner.expressions import FUNCTION_NAMES, ArithmeticFault, ExpressionError, evaluate, names_in, reserved
 from tuner.workspace import WorkspaceError, check_name, loads, quoted
 
 Kind = Literal["ordinal", "nominal"]
@@ -388,6 +388,9 @@ def make_knob(name: Any, values: Any, where: str, default: Any = None, kind: Any
     """A knob from data; :class:`SpaceError` naming ``where`` when the values are not a list of scalars."""
     if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
         raise SpaceError(f"{where}: knob name {name!r} is not allowed (a plain identifier)")
+    if reserved(name):
+        raise SpaceError(f"{where}: knob name {name!r} is not allowed: a restriction could not name it "
+                         f"(a Python keyword, or one of the functions {', '.join(FUNCTION_NAMES)})")
     if isinstance(values, str):
         try:
             values = evaluate(values)

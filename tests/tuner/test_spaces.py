@@ -141,6 +141,9 @@ def test_the_kernel_plan_catalogue_is_a_t1_file():
     ([{"Name": "x", "Values": [1, 2]}, {"Name": "s", "Values": ["a", "b"]}], ["x < s if s == 'b' else True"],   # fails for s = 'b' only
      "'<' not supported between instances of 'int' and 'str'"),
     ([{"Name": "x.y", "Values": [1, 2]}], [], "knob name"),
+    ([{"Name": "True", "Values": [1, 2]}], [], "knob name 'True' is not allowed: a restriction could not name it"),   # True is the constant
+    ([{"Name": "lambda", "Values": [1, 2]}], [], "knob name 'lambda' is not allowed"),
+    ([{"Name": "len", "Values": [1, 2]}], [], "knob name 'len' is not allowed"),
     ([], [], "1 to 64 knobs"),
 ])
 def test_bad_space_files_are_refused_with_a_reason(params, conditions, fragment):
