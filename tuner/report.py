@@ -39,8 +39,9 @@ def convergence_info(history: History, objective: str) -> list[dict[str, Any]]:
 
 
 def importance_info(history: History, objective: str, mode: str, space: Space) -> dict[str, float]:
-    """Knob importance (Optuna's default, PED-ANOVA: deterministic, no scikit-learn) over up to ``IMPORTANCE_TRIALS``
-    scored trials of the largest study of ``objective``; empty when no study has enough varied trials."""
+    """Knob importance (Optuna's default, PED-ANOVA: deterministic, no scikit-learn) of the knobs with more than one
+    value, over up to ``IMPORTANCE_TRIALS`` scored trials of the largest study of ``objective``; empty when no study
+    has enough varied trials."""
     tops = history.study_tops(objective, 1)
     if not tops:
         return {}
@@ -57,7 +58,7 @@ def importance_info(history: History, objective: str, mode: str, space: Space) -
         importance = optuna.importance.get_param_importances(study)
     except (RuntimeError, ValueError):                  # a study whose knobs never vary has no importance to give
         return {}
-    return {knob: float(value) for knob, value in importance.items()}
+    return {knob: float(value) for knob, value in importance.items() if space.by_name[knob].size > 1}    # one value: no say
 
 
 def trace_info(reports: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
@@ -95,6 +96,29 @@ def marginals_info(history: History, objective: str, mode: str, space: Space) ->
     return out
 
 
+def log_ticks(values: list[float]) -> dict[str, Any]:
+    """Plotly axis settings that label a log axis over ``values`` with 4 to 12 round numbers written out in full
+    (``20k``, ``1.5M``, ``7``), where plotly's own would write the digits of each decade alone (``2 5 10 2 5``); none
+    where the values span too little for that."""
+    positive = [v for v in values if v > 0]
+    if not positive:
+        return {}
+    low, high = min(positive), max(positive)
+    decades = range(int(np.floor(np.log10(low))), int(np.floor(np.log10(high))) + 1)
+    for mantissas in ((1,), (1, 3), (1, 2, 5), (1, 1.5, 2, 3, 5, 7), (1, 1.5, 2, 2.5, 3, 4, 5, 6, 7, 8, 9)):
+        ticks = [float(m * 10.0**d) for d in decades for m in mantissas if low <= m * 10.0**d <= high]
+        if 4 <= len(ticks) <= 12:
+            return {"tickvals": ticks, "ticktext": [_short(t) for t in ticks]}
+    return {}
+
+
+def _short(value: float) -> str:
+    for scale, suffix in ((1e9, "G"), (1e6, "M"), (1e3, "k")):
+        if value >= scale:
+            return f"{round(value / scale, 6):g}{suffix}"
+    return f"{round(value, 6):g}"
+
+
 def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> list[tuple[str, Any]]:
     """``(heading, plotly figure)`` for every section of ``info`` (the ``*_info`` results) that has data; the
     convergence is drawn against ``optimum`` where the objective's best is known (a replayed cache)."""
@@ -104,7 +128,9 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
     if info.get("convergence"):
         fig = go.Figure([go.Scatter(x=s["evaluations"], y=s["best"], mode="lines", name=s["study"], line_shape="hv")
                          for s in info["convergence"]])
+        drawn = [v for s in info["convergence"] for v in s["best"]] + ([optimum] if optimum is not None else [])
         fig.update_layout(xaxis_title="evaluations", yaxis_title=f"best so far ({unit}, lower is better)", yaxis_type="log")
+        fig.update_yaxes(**log_ticks(drawn))
         if optimum is not None:                 # a trace, not a shape: a shape's label on a log axis is placed in log units
             last = max(s["evaluations"][-1] for s in info["convergence"])
             fig.add_trace(go.Scatter(x=[1, last], y=[optimum, optimum], mode="lines", line={"dash": "dash", "color": "black"},
@@ -134,6 +160,8 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
             fig.add_trace(go.Scatter(x=[xs[i] for i in keep], y=[ys[i] for i in keep], mode="markers", name=name,
                                      marker={"size": 5, "opacity": 0.6}))
         fig.update_layout(xaxis_title=f"{first} ({unit})", yaxis_title=f"{last} ({unit})", xaxis_type="log", yaxis_type="log")
+        fig.update_xaxes(**log_ticks(xs))
+        fig.update_yaxes(**log_ticks(ys))
         figures.append((f"{first} against {last} of evaluated plans", fig))
     for knob, marginal in info.get("marginals", {}).items():
         fig = go.Figure([go.Scatter(x=marginal["values"], y=marginal["best"], mode="lines+markers", name="best"),

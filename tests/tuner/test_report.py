@@ -91,11 +91,19 @@ def test_a_caches_convergence_is_drawn_against_its_optimum_in_headless_chromium(
     assert studies and low <= np.log10(optimum) and np.log10(max(studies)) <= high <= np.log10(max(studies)) + 1
 
 
+def test_a_log_axis_is_labelled_with_round_numbers_written_out():
+    assert report.log_ticks([5.66, 50.1, 9.9]) == {"tickvals": [7, 10, 15, 20, 30, 50], "ticktext": ["7", "10", "15", "20", "30", "50"]}
+    assert report.log_ticks([178866, 2.3e6])["ticktext"] == ["200k", "500k", "1M", "2M"]
+    assert report.log_ticks([0.0031, 0.021])["ticktext"] == ["0.005", "0.007", "0.01", "0.015", "0.02"]
+    assert report.log_ticks([1, 1e30]) == report.log_ticks([178866, 190000]) == report.log_ticks([0]) == {}   # plotly's own
+
+
 def _importance_of_mode(folder: Path, modes: list) -> dict[str, float]:
     """Knob importance after scoring every configuration of a cache whose time depends on mode (``modes[1]`` is faster)."""
     folder.mkdir()
-    tune_params = {"mode": modes, "bx": [16, 32, 48, 64, 80, 96]}
-    records = {f"{m},{b}": {"mode": m, "bx": b, "time": 3.0 - 2 * i + b / 1e4} for i, m in enumerate(modes) for b in tune_params["bx"]}
+    tune_params = {"mode": modes, "bx": [16, 32, 48, 64, 80, 96], "precision": [32]}
+    records = {f"{m},{b},32": {"mode": m, "bx": b, "precision": 32, "time": 3.0 - 2 * i + b / 1e4}
+               for i, m in enumerate(modes) for b in tune_params["bx"]}
     (folder / "cache.json").write_text(json.dumps({"tune_params_keys": list(tune_params), "tune_params": tune_params, "cache": records}))
     ctx = service.Context.create(folder, objective=f"cache:{folder / 'cache.json'}")
     service.bounded_exhaustive_search(ctx, "all")
@@ -108,6 +116,7 @@ def test_importance_tells_true_from_one(tmp_path):
     # 1 and True are equal to Python, and to Optuna's lookup of a categorical value: they must stay two values
     mixed, plain = _importance_of_mode(tmp_path / "mixed", [1, True]), _importance_of_mode(tmp_path / "plain", ["1", "True"])
     assert mixed == pytest.approx(plain) and mixed["mode"] > 0.1
+    assert set(mixed) == {"mode", "bx"}                                  # a knob of one value has no say, and no bar
 
 
 def _png_is_blank(png: bytes) -> bool:
@@ -140,10 +149,14 @@ def test_the_report_renders_every_figure_in_headless_chromium(searched):
         plots = page.eval_on_selector_all(".js-plotly-plot", "ds => ds.map(d => d.querySelectorAll('svg.main-svg path, "
                                                              "svg.main-svg rect').length)")
         headings = page.eval_on_selector_all("h2", "hs => hs.length")
+        labels = page.eval_on_selector_all("#figure-0 .ytick text", "ts => ts.map(t => t.textContent)")
         shot = page.screenshot(full_page=False)
         browser.close()
     assert errors == []
     marginals = sum(1 for size in SPACE.sizes if size > 1)
     assert headings == len(plots) == 1 + 1 + 2 + 1 + marginals        # convergence, importance, trace x2, scatter, marginals
     assert all(count > 0 for count in plots)
+    scale = {"k": 1e3, "M": 1e6}                        # the convergence's log axis: round numbers in full, in order
+    ticks = [float(t.rstrip("kM")) * scale.get(t[-1], 1) for t in labels]      # (not a decade's digits: 2 5 100k 2 5 1M)
+    assert len(ticks) >= 4 and ticks == sorted(set(ticks))
     assert not _png_is_blank(shot)
