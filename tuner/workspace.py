@@ -163,6 +163,9 @@ class Workspace:
     def current_plan(self) -> dict[str, Any]:
         from tuner.plan import load_plan  # the tensor plan's catalogue, loaded only where a plan is read
 
+        if not self.plan_path.exists():
+            raise WorkspaceError(f"the workspace holds no {PLAN_FILE}: the tensor plan's commands read it there "
+                                 "(run them in a copy of this repository, or name one with --workspace DIR)")
         return load_plan(self.plan_path, PLAN_FILE)
 
     def resolve_plan(self, ref: str | dict[str, Any] | None) -> tuple[dict[str, Any], str]:

@@ -69,6 +69,14 @@ def test_malformed_current_plan_is_an_input_error(workspace):
     assert out.returncode == 2 and "block_m" in out.stderr and "Traceback" not in out.stderr
 
 
+def test_the_main_job_in_a_folder_without_a_plan_says_what_a_workspace_holds(tmp_path):
+    out = tuner(tmp_path, "run")
+    assert out.returncode == 2 and "Traceback" not in out.stderr
+    assert out.stderr.strip() == ("tuner run: error: the workspace holds no kernel_plan.json: the tensor plan's commands read it "
+                                  "there (run them in a copy of this repository, or name one with --workspace DIR)")
+    assert sorted(p.name for p in tmp_path.iterdir()) == []                    # nothing written
+
+
 def test_a_fixture_that_is_not_json_is_named_and_skipped_where_all_fixtures_are_read(workspace):
     (workspace / "fixtures" / "binary.json").write_bytes(b"\xff\xfe{")
     (workspace / "fixtures" / "folder.json").mkdir()
