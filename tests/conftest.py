@@ -55,7 +55,7 @@ def baseline() -> Plan:
     return fixture_plan("baseline_row_major")
 
 
-COPY_ITEMS = ("benchmark.py", "verifier.py", "_bootstrap.py", "kernel_plan.json", "fixtures", "tuner", "studies")
+COPY_ITEMS = ("benchmark.py", "verifier.py", "_bootstrap.py", "kernel_plan.json", "fixtures", "tuner")
 
 
 def copy_workspace(root: Path) -> Path:
@@ -69,6 +69,7 @@ def copy_workspace(root: Path) -> Path:
             shutil.copytree(source, root / item, ignore=shutil.ignore_patterns("__pycache__", "*.db*"))
         else:
             shutil.copy2(source, root / item)
+    (root / "studies").mkdir()                          # the history's and the workspace's own profiles (none yet)
     (root / ".harnessgym").mkdir()
     (root / ".harnessgym" / "fixtures").symlink_to("../fixtures")
     for item in ("mcp", "runtime"):

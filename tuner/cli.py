@@ -165,7 +165,8 @@ COMMANDS: dict[str, Command] = {
         _seed_arg(p), _search_args(p, 2000)), "local search around a plan or fixture"),
     "bounded_exhaustive_search": (service.bounded_exhaustive_search, lambda p: (
         p.add_argument("--profile", required=True, metavar="NAME",
-                       help="a profile in studies/ (iteration3_dev_core, iteration3_layout_relaxed) or 'all': the whole space"),
+                       help="a profile: the workspace's studies/NAME.json, the tensor plan's iteration3_dev_core or "
+                            "iteration3_layout_relaxed, or 'all': the whole space"),
         _search_args(p, None)), "score every plan of a profile (resumable)"),
     "search_plans": (service.search_plans, lambda p: (
         p.add_argument("--strategy", default="quick", metavar="quick|bayes|focused",

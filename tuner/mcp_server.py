@@ -195,7 +195,9 @@ def build(workspace: Path, history: str | None = None) -> MCPServer:
     async def bounded_exhaustive_search(
         ctx: Context,
         profile: Annotated[StrictStr, Field(max_length=MAX_NAME,
-                                            description="profile name in studies/: iteration3_dev_core or iteration3_layout_relaxed")],
+                                            description="profile name: the tensor plan's iteration3_dev_core or "
+                                                        "iteration3_layout_relaxed, a studies/NAME.json of the workspace, "
+                                                        "or 'all'")],
         max_evals: MaxEvals = None, include_final: IncludeFinal = True, time_s: TimeBudget = None,
     ) -> R.ExhaustiveSearchResult:
         """Score every plan of a named profile in batches (resumable); include_final checks the dev winners in final mode."""

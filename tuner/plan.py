@@ -18,7 +18,7 @@ from tuner.space import Config, SpaceError, load_space
 from tuner.workspace import loads
 
 SPACE = load_space(Path(__file__).resolve().parent / "task" / "kernel_plan.t1.json")
-PROFILE_DIR = Path(__file__).resolve().parent.parent / "studies"        # the task's bounded profiles
+PROFILE_DIR = Path(__file__).resolve().parent / "task" / "profiles"   # the task's bounded profiles (package data)
 KNOBS = SPACE.knobs
 KNOB_NAMES = SPACE.names
 Plan = Config

@@ -53,6 +53,12 @@ def test_helper_works_from_a_venv_outside_the_repository(workspace, wheel, tmp_p
     installed = subprocess.run([str(python), "-m", "tuner", "--workspace", str(workspace), "mcp", "install", "--client", "claude"],
                                cwd=tmp_path, capture_output=True, text=True, env=BARE_ENV, timeout=120)
     assert json.loads(installed.stdout)["mcpServers"]["tensor-plan-server"]["command"] == str(python)
+    assert not list((workspace / "studies").iterdir())                    # the task's profiles come with the package
+    swept = subprocess.run([str(python), "-m", "tuner", "--workspace", str(workspace), "--json", "bounded_exhaustive_search",
+                            "--profile", "iteration3_layout_relaxed", "--max-evals", "30"],
+                           cwd=tmp_path, capture_output=True, text=True, env=BARE_ENV, timeout=300)
+    assert swept.returncode == 0, swept.stderr[-2000:]
+    assert json.loads(swept.stdout)["evaluations"] == 30
 
 
 def test_an_interpreter_without_the_dependencies_gets_one_line_naming_the_install_command(workspace, tmp_path):
