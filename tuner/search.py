@@ -118,6 +118,8 @@ class Search:
         self.cache = history.cached(objective.name, spec.mode)
         record = history.sweep(self.name)
         self.progress_state: dict[str, Any] = record["progress"] if record else {}
+        # an earlier run of the study converged (no neighbour of its optimum improves): a rerun has nothing left to do
+        self.converged = bool(record and record["state"] == "done" and self.progress_state.get("stopped") == "converged")
         self.scored = 0                                     # new evaluations this worker made (counted ones)
         self.worker = Worker(history, self.name, {"strategy": spec.strategy, "objective": objective.name, "mode": spec.mode,
                                                   "target": spec.target})
@@ -328,6 +330,8 @@ class Search:
             self.check_held_out(top)
             top.sort(key=lambda c: (not c.held_out_correct, c.value))
         done = stopped in ("converged", "exhausted")
+        if done:                                            # the reason, for a rerun to know (see ``converged``)
+            progress = {**(progress if progress is not None else self.progress_state), "stopped": stopped}
         self.flush(progress, state="done" if done else "cancelled" if stopped == "cancelled" else "stopped")
         self.close()
         return Outcome(self.name, self.spec.strategy, self.evaluations, self.scored, self.trials_written, self.cached_hits,

@@ -330,8 +330,8 @@ def candidate_diff(ctx: Context, candidate: str | dict[str, Any], against: str |
 
 def _search(ctx: Context, spec: Spec) -> dict[str, Any]:
     search = Search(ctx.history, ctx.objective, spec, progress=ctx.progress, should_stop=ctx.should_stop)
-    try:
-        outcome: Outcome = STRATEGIES[spec.strategy](search)
+    try:                                            # a search that converged before has nothing left to do: it reports
+        outcome: Outcome = search.finish(search.top(), "converged") if search.converged else STRATEGIES[spec.strategy](search)
     except KeyboardInterrupt:
         search.flush(state="cancelled")             # what was scored is kept; the same command resumes
         raise

@@ -55,6 +55,20 @@ def test_budget_feasibility_and_cache(tmp_path, strategy, attempt1):
     assert again.new_evaluations == 0 and not spy2.scored
 
 
+def test_a_search_that_converged_reports_again_and_searches_no_more(ctx):
+    """Rerun, a converged local search used to climb again with a model fitted to everything the first run saw, and took
+    another path: the main job's second run scored 1,300 more plans to find nothing (a real benchmark: minutes)."""
+    first = service.local_neighborhood_search(ctx, fixture="tensor_plan_iteration2_neighborhood_best", max_evals=3000)
+    assert first["stopped"] == "converged" and 0 < first["evaluations"] < 3000
+    for budget in (3000, 5000):                                         # a larger budget has nothing left to find either
+        again = service.local_neighborhood_search(ctx, fixture="tensor_plan_iteration2_neighborhood_best", max_evals=budget)
+        assert again["stopped"] == "converged" and again["new_evaluations"] == 0
+        assert again["evaluations"] == first["evaluations"] and again["top"] == first["top"]
+    cut = service.local_neighborhood_search(ctx, fixture="tensor_plan_attempt1_best", max_evals=100)
+    assert cut["stopped"] == "evaluation budget"
+    assert service.local_neighborhood_search(ctx, fixture="tensor_plan_attempt1_best", max_evals=200)["new_evaluations"] == 100
+
+
 def test_other_searches_reuse_the_cache(tmp_path, attempt1):
     start = tuple(int(v) for v in encode(attempt1))
     _run(tmp_path, Spec(strategy="checkpoint", mode="dev", max_evals=200, start=start, seed=0))
