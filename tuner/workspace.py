@@ -92,7 +92,8 @@ class Workspace:
         backup = None
         if target.exists():
             if not replace:
-                raise WorkspaceError(f"{rel} exists; replacing it needs overwrite=true (a backup is kept)")
+                raise WorkspaceError(f"{rel} exists; replacing it needs overwrite=true (--overwrite on the command line; "
+                                     "a backup is kept)")
             if kind == "result" and not _is_result(target):
                 raise WorkspaceError(f"{rel} is not an earlier result file; a result may replace only a result")
             backup = self.backup(target, backup_name or str(rel.with_suffix("")).replace("/", "__"))
@@ -202,7 +203,7 @@ def _check_kind(kind: str, rel: PurePosixPath) -> None:
         protected = any(text == p or text.startswith(p + "/") for p in PROTECTED) or ".git" in rel.parts
         allowed = rel.suffix == ".json" and text != PLAN_FILE and not protected and rel.name != Path(MANIFEST).name
     if not allowed:
-        raise WorkspaceError(f"a {kind} write may not touch {quoted(text)} "
+        raise WorkspaceError(f"{'an' if kind[0] in 'aeiou' else 'a'} {kind} write may not touch {quoted(text)} "
                              + {"plan": f"(only {PLAN_FILE})", "fixture": "(only fixtures/NAME.json)",
                                 "output": f"(only .json or .html files under {OUTPUT_DIR}/)",
                                 "result": "(a .json file outside .git, manifests, backups, studies, fixtures, code and the plan)"}[kind])

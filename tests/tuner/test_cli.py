@@ -54,6 +54,8 @@ def test_json_output_of_read_only_commands(workspace):
     (("search_plans", "--max-evals", "-5"), "positive integer"),
     (("apply_candidate", "--plan", "tensor_plan_attempt1_best", "--dry-run", "maybe"), "expected true or false"),
     (("export_candidate_fixture", "--name", "../escape"), "not allowed"),
+    (("export_candidate_fixture", "--name", "baseline_row_major"), "replacing it needs overwrite=true (--overwrite on the command line"),
+    (("report", "--out", "elsewhere.html"), "an output write may not touch 'elsewhere.html'"),
     (("record_result", "--path", "/tmp/elsewhere.json"), "outside the workspace"),
     (("local_neighborhood_search", "--fixture", "tensor_plan_attempt1_best", "--strategy", "quick"), "not allowed here"),
 ])
