@@ -211,11 +211,12 @@ def _problem_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, defau
     p.add_argument("--workspace", default=default("."), metavar="DIR",
                    help="folder holding kernel_plan.json, or your kernel's program (default: .)")
     p.add_argument("--history", default=default(None), metavar="PATH|URL",
-                   help="history file or SQLAlchemy URL (default: WORKSPACE/studies/history.db, created when missing; "
-                        "another file's folder must exist)")
+                   help="history file (a path from the current folder) or SQLAlchemy URL (default: WORKSPACE/studies/history.db, "
+                        "created when missing; another file's folder must exist)")
     p.add_argument("--objective", default=default("builtin"), metavar="builtin|command|cache:PATH|command:PROGRAM",
                    help="builtin: the tensor-plan task (fast); command: the workspace's own benchmark.py; "
-                        "cache:PATH: replay measured results (a Kernel Tuner cache .json/.json.gz or a T4 results file); "
+                        "cache:PATH: replay measured results (a Kernel Tuner cache .json/.json.gz or a T4 results file; a path from the "
+                        "current folder, as --space and --history are); "
                         "command:PROGRAM [ARGS]: a program of the workspace measures each configuration of --space (it reads "
                         "the configuration as JSON on stdin and prints its time in ms, or {\"error\": ...}, as its last line)")
     p.add_argument("--space", default=default(None), metavar="T1.json",
