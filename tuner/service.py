@@ -29,7 +29,7 @@ from tuner.objectives.command import CommandObjective, ProgramObjective
 from tuner.plan import PROFILE_DIR, Plan, PlanError, plan_hash
 from tuner.plan import SPACE as PLAN_SPACE
 from tuner.search import Outcome, Search, Spec, number
-from tuner.space import Config, Profile, load_profile, load_space, profile_names
+from tuner.space import Config, Profile, SpaceError, load_profile, load_space, profile_names
 from tuner.strategies import STRATEGIES
 from tuner.task.benchmark import case_indicators, infeasibility
 from tuner.task.suites import MODES
@@ -206,9 +206,13 @@ def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
         return space.validate(ref, "configuration"), "inline configuration"
     path = ctx.workspace.path(ref)
     try:
-        return space.validate(loads(path.read_text(encoding="utf-8")), "configuration"), ref
+        data = loads(path.read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
         raise ServiceError(f"configuration file {quoted(ref)} cannot be read as JSON: {json_reason(exc)}") from None
+    try:
+        return space.validate(data, "configuration"), ref
+    except SpaceError as exc:
+        raise ServiceError(f"configuration file {quoted(ref)}: {exc}") from None
 
 
 def _measure(ctx: Context, plan: Plan) -> dict[str, dict[str, Any]]:
