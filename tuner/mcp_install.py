@@ -80,7 +80,7 @@ def install(args: argparse.Namespace) -> int:
 
 def add_parser(sub: argparse._SubParsersAction) -> None:  # type: ignore[type-arg]
     mcp = sub.add_parser("mcp", help="MCP client configuration")
-    actions = mcp.add_subparsers(dest="mcp_command", required=True)
+    actions = mcp.add_subparsers(dest="mcp_command", metavar="install", required=True)
     p = actions.add_parser("install", help="print or write the client configuration for the tensor-plan server")
     p.add_argument("--client", required=True, choices=sorted(CLIENT_FILES), help="the client to configure (%(choices)s)")
     p.add_argument("--write", action="store_true", help=f"merge into the workspace's client file ({', '.join(CLIENT_FILES.values())})")

@@ -56,6 +56,7 @@ def test_json_output_of_read_only_commands(workspace):
     (("export_candidate_fixture", "--name", "../escape"), "not allowed"),
     (("export_candidate_fixture", "--name", "baseline_row_major"), "replacing it needs overwrite=true (--overwrite on the command line"),
     (("report", "--out", "elsewhere.html"), "an output write may not touch 'elsewhere.html'"),
+    (("mcp",), "tuner mcp: error: the following arguments are required: install"),          # not argparse's dest
     (("record_result", "--path", "/tmp/elsewhere.json"), "outside the workspace"),
     (("local_neighborhood_search", "--fixture", "tensor_plan_attempt1_best", "--strategy", "quick"), "not allowed here"),
 ])
