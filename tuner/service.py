@@ -554,13 +554,16 @@ def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20, rep
     dry, repeats = _dry_run(dry_run), _repeats(repeats)
     current = ctx.workspace.current_plan()
     current_metrics = _measure(ctx, current) if repeats == 1 else gate.measure(ctx.objective, current, repeats)   # once, not per seed
-    for seed in _seeds(ctx, limit):
+    seeds = _seeds(ctx, limit)
+    for seed in seeds:
         if seed["plan_hash"] == plan_hash(current):
             continue
         report = gate.apply(ctx.objective, ctx.workspace, seed["plan"], dry, current_metrics, repeats)
         if report["passed"]:
             return {"candidate_source": seed["source"], **report}
-    return {"passed": False, "applied": False, "dry_run": dry, "reasons": ["no fixture or history plan passes the gate"]}
+    reason = ("kernel_plan.json is already the best verified plan of the fixtures and the history"
+              if seeds and seeds[0]["plan_hash"] == plan_hash(current) else "no fixture or history plan passes the gate")
+    return {"passed": False, "applied": False, "dry_run": dry, "reasons": [reason]}
 
 
 def rollback(ctx: Context, backup: str | None = None, dry_run: bool = False) -> dict[str, Any]:
