@@ -1,7 +1,8 @@
 """``python -m tuner mcp install --client claude|codex|vscode [--write]``: client configuration.
 
 Prints (or, with ``--write``, merges into the workspace's client file) the entry that starts the
-tensor-plan server from the repository's manifest: Claude Code's ``.mcp.json`` (``mcpServers``),
+tensor-plan server from the repository's manifest (in a workspace without one, ``python -m
+tuner.mcp_server``): Claude Code's ``.mcp.json`` (``mcpServers``),
 VS Code's ``.vscode/mcp.json`` (``servers`` with ``type: stdio``) or Codex's
 ``.codex/config.toml`` (``[mcp_servers.NAME]`` with command, args, env, cwd).
 """
@@ -15,14 +16,20 @@ from pathlib import Path
 from typing import Any
 
 from tuner.mcp_client import manifest_command
-from tuner.workspace import MANIFEST, Workspace, atomic_write, loads
+from tuner.workspace import MANIFEST, PLAN_FILE, Workspace, atomic_write, loads
 
 CLIENT_FILES = {"claude": ".mcp.json", "vscode": ".vscode/mcp.json", "codex": ".codex/config.toml"}
 
 
+SERVER = "tensor-plan-server"
+
+
 def server_entry(workspace: Workspace) -> tuple[str, dict[str, Any]]:
     """The manifest's server, with its interpreter and launcher made absolute so any working folder
-    and any client environment works."""
+    and any client environment works; without a manifest (a workspace of an installed package), this
+    interpreter's ``-m tuner.mcp_server`` serving the workspace."""
+    if not (workspace.root / MANIFEST).is_file():
+        return SERVER, {"command": sys.executable, "args": ["-m", "tuner.mcp_server", "--workspace", str(workspace.root)], "env": {}}
     servers = json.loads((workspace.root / MANIFEST).read_text(encoding="utf-8"))["mcpServers"]
     name, entry = next(iter(servers.items()))
     args = [str(workspace.root / a) if a.endswith(".py") else a for a in entry.get("args", [])]
@@ -60,8 +67,9 @@ def config_text(workspace: Workspace, client: str, existing: str | None = None) 
 
 def install(args: argparse.Namespace) -> int:
     workspace = Workspace.at(args.workspace)
-    if not (workspace.root / MANIFEST).is_file():
-        print(f"tuner mcp install: error: no manifest {MANIFEST} in {workspace.root}", file=sys.stderr)
+    if not (workspace.root / MANIFEST).is_file() and not (workspace.root / PLAN_FILE).is_file():
+        print(f"tuner mcp install: error: {workspace.root} holds neither the manifest {MANIFEST} nor a {PLAN_FILE}: "
+              "the tensor-plan server serves a workspace that holds its plan", file=sys.stderr)
         return 2
     target = workspace.path(CLIENT_FILES[args.client])
     try:

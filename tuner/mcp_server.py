@@ -335,3 +335,7 @@ def main(argv: list[str] | None = None) -> int:
         return anyio.run(self_test, workspace, args.history)
     build(workspace, args.history).run("stdio")
     return 0
+
+
+if __name__ == "__main__":                  # python -m tuner.mcp_server: the server of an installed package
+    sys.exit(main())

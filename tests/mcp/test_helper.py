@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import shutil
 import sqlite3
 import subprocess
 import sys
@@ -128,6 +129,10 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
     assert tuner("--client", "codex", "--write").returncode == 0
     toml = (workspace / ".codex" / "config.toml").read_text()
     assert toml.count("[mcp_servers.tensor-plan-server]") == 1 and f'cwd = "{workspace}"' in toml
+    (workspace / "kernel_plan.json").unlink()
+    shutil.rmtree(workspace / ".harnessgym")                              # nothing here for a server to serve
+    refused = tuner("--client", "claude")
+    assert refused.returncode == 2 and not refused.stdout and "holds neither the manifest" in refused.stderr
 
 
 @pytest.mark.parametrize(("content", "fragment"), [

@@ -10,8 +10,10 @@ import sys
 import sysconfig
 from pathlib import Path
 
+import anyio
 import pytest
 from conftest import ROOT
+from mcp import Client, StdioServerParameters
 
 HELPER = ".harnessgym/runtime/mcp_call.py"
 BARE_ENV = {"PATH": "/usr/bin:/bin", "HOME": "/tmp", "LANG": "C.UTF-8"}     # no test venv on PATH: `python3` is not ours
@@ -59,6 +61,18 @@ def test_helper_works_from_a_venv_outside_the_repository(workspace, wheel, tmp_p
                            cwd=tmp_path, capture_output=True, text=True, env=BARE_ENV, timeout=300)
     assert swept.returncode == 0, swept.stderr[-2000:]
     assert json.loads(swept.stdout)["evaluations"] == 30
+    shutil.rmtree(workspace / ".harnessgym")                                # a workspace of the installed package alone
+    entry = json.loads(subprocess.run([str(python), "-m", "tuner", "--workspace", str(workspace), "mcp", "install", "--client", "claude"],
+                                      cwd=tmp_path, capture_output=True, text=True, env=BARE_ENV, timeout=120).stdout)
+    entry = entry["mcpServers"]["tensor-plan-server"]
+    assert entry["command"] == str(python) and entry["args"] == ["-m", "tuner.mcp_server", "--workspace", str(workspace)]
+
+    async def served() -> dict:                                             # the real MCP client starts what the entry names
+        params = StdioServerParameters(command=entry["command"], args=entry["args"], env=BARE_ENV, cwd=str(tmp_path))
+        async with Client(params, read_timeout_seconds=300) as client:
+            return (await client.call_tool("run_objective", {"mode": "dev"})).structured_content
+
+    assert anyio.run(served)["best_cycles"] > 0
 
 
 def test_an_interpreter_without_the_dependencies_gets_one_line_naming_the_install_command(workspace, tmp_path):
