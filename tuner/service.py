@@ -103,6 +103,9 @@ class Context:
             raise ServiceError(f"objective {quoted(objective)} needs --space: a T1 file of the knobs the program takes")
         writes = WRITES[tool] if tool is not None else frozenset({"history", *WRITE_KINDS})
         ws = Workspace.at(workspace, writes & frozenset(WRITE_KINDS))   # history and objective: the operator's choice, not arguments
+        if objective == "command" and not (ws.root / "benchmark.py").is_file():
+            raise ServiceError("objective 'command' runs the workspace's benchmark.py, and the workspace holds none "
+                               "(objective 'builtin' scores the same model in this process)")
         if history is not None:
             _check_history_folder(history)
         ctx = cls(ws, resolve_url(history if history is not None else ws.root / "studies" / "history.db"), objective,

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import signal
 import sqlite3
 import subprocess
@@ -78,6 +79,11 @@ def test_the_main_job_in_a_folder_without_a_plan_says_what_a_workspace_holds(tmp
     assert out.stderr.strip() == ("tuner run: error: the workspace holds no kernel_plan.json: the tensor plan's commands read it "
                                   "there (run them in a copy of this repository, or name one with --workspace DIR)")
     assert sorted(p.name for p in tmp_path.iterdir()) == []                    # nothing written
+    shutil.copy2(ROOT / "kernel_plan.json", tmp_path / "kernel_plan.json")
+    out = tuner(tmp_path, "--objective", "command", "run_objective")          # a plan, but no benchmark.py to run it
+    assert out.returncode == 2 and out.stderr.strip() == ("tuner run_objective: error: objective 'command' runs the workspace's "
+                                                          "benchmark.py, and the workspace holds none (objective 'builtin' "
+                                                          "scores the same model in this process)")
 
 
 def test_a_fixture_that_is_not_json_is_named_and_skipped_where_all_fixtures_are_read(workspace):
