@@ -101,6 +101,10 @@ class Context:
             raise ServiceError("--space applies to a cache:PATH or command:PROGRAM objective only (the tensor plan's space is built in)")
         if space is None and objective.startswith("command:"):
             raise ServiceError(f"objective {quoted(objective)} needs --space: a T1 file of the knobs the program takes")
+        runs_programs = objective == "command" or objective.startswith("command:")
+        if not runs_programs and (kw.get("timeout_s", cls.timeout_s) != cls.timeout_s or kw.get("objective_repeats", 1) != 1):
+            raise ServiceError(f"--timeout-s and --repeats apply to a command or command:PROGRAM objective only "
+                               f"(objective {quoted(objective)} runs no program, and its values do not vary)")
         writes = WRITES[tool] if tool is not None else frozenset({"history", *WRITE_KINDS})
         ws = Workspace.at(workspace, writes & frozenset(WRITE_KINDS))   # history and objective: the operator's choice, not arguments
         if objective == "command" and not (ws.root / "benchmark.py").is_file():

@@ -58,6 +58,8 @@ def test_json_output_of_read_only_commands(workspace):
     (("export_candidate_fixture", "--name", "baseline_row_major"), "replacing it needs overwrite=true (--overwrite on the command line"),
     (("report", "--out", "elsewhere.html"), "an output write may not touch 'elsewhere.html'"),
     (("mcp",), "tuner mcp: error: the following arguments are required: install"),          # not argparse's dest
+    (("--repeats", "3", "search_plans"), "--timeout-s and --repeats apply to a command or command:PROGRAM objective only"),
+    (("--timeout-s", "5", "run_objective"), "(objective 'builtin' runs no program, and its values do not vary)"),
     (("record_result", "--path", "/tmp/elsewhere.json"), "outside the workspace"),
     (("local_neighborhood_search", "--fixture", "tensor_plan_attempt1_best", "--strategy", "quick"), "not allowed here"),
 ])
@@ -261,11 +263,12 @@ def test_the_problem_and_history_options_work_after_the_command_too(tmp_path, ca
 
     toy_cache(tmp_path, {(bx, t): bx / 32 + t for bx in (32, 64, 128) for t in (1, 2)})
     monkeypatch.chdir(tmp_path)
-    after = ["--json", "search_plans", "--max-evals", "4", "--objective", "cache:toy.json.gz", "--history", "h.db",
-             "--workspace", ".", "--timeout-s", "5"]
+    after = ["--json", "search_plans", "--max-evals", "4", "--objective", "cache:toy.json.gz", "--history", "h.db", "--workspace", "."]
     assert main(["--objective", "builtin", *after]) == 0
     first = json.loads(capsys.readouterr().out)
     assert main(["--objective", "cache:toy.json.gz", "--history", "h.db", "--json", "search_plans", "--max-evals", "4"]) == 0
     again = json.loads(capsys.readouterr().out)
     assert "@cache:" in first["study"] and again["study"] == first["study"] and again["new_evaluations"] == 0
     assert (tmp_path / "h.db").is_file() and not (tmp_path / "studies").exists()
+    assert main(["--objective", "cache:toy.json.gz", "search_plans", "--timeout-s", "5"]) == 2     # taken after the command too:
+    assert "--timeout-s and --repeats apply to a command" in capsys.readouterr().err                 # a cache runs no program
