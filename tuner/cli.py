@@ -284,6 +284,9 @@ def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
     base = result["baseline"]
     lines = [f"baseline: dev {base['dev']:,} cycles, final {base['final']:,} cycles (plan {base['plan_hash']})"]
     for step in result["steps"]:
+        if step["step"] == "not run":
+            lines.append(f"  not run, {step['reason']}: {', '.join(step['searches'])} (a larger --time-s runs them; "
+                         "what ran resumes)")
         if "study" not in step:
             continue
         target = step.get("target", "")

@@ -724,13 +724,16 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     best_fixture = min((r for r in _fixture_rows(ctx) if r["correct"]), key=_rank_key(ctx), default=None)
     start = best_fixture["plan"] if best_fixture else baseline
     _log(ctx, f"baseline: dev {base['dev']['best_cycles']} cycles; {len(seeds)} seed(s), {len(resumed['searches'])} earlier search(es)")
-    runs: list[Callable[[], dict[str, Any]]] = [
-        lambda: local_neighborhood_search(ctx, plan=start, include_final=True, max_evals=3000, time_s=left()),
-        *(lambda p=profile: bounded_exhaustive_search(ctx, p, include_final=True, time_s=left())
+    runs: list[tuple[str, Callable[[], dict[str, Any]]]] = [
+        ("checkpoint", lambda: local_neighborhood_search(ctx, plan=start, include_final=True, max_evals=3000, time_s=left())),
+        *((f"exhaustive ({profile})", lambda p=profile: bounded_exhaustive_search(ctx, p, include_final=True, time_s=left()))
           for profile in ("iteration3_dev_core", "iteration3_layout_relaxed")),
-        lambda: search_plans(ctx, "quick", max_evals=500, time_s=left(), seed=seed)]
-    for run in runs:
+        ("quick", lambda: search_plans(ctx, "quick", max_evals=500, time_s=left(), seed=seed))]
+    for done, (_, run) in enumerate(runs):
         if left() <= 0:
+            skipped = [n for n, _ in runs[done:]]
+            steps.append({"step": "not run", "searches": skipped, "reason": f"the time budget ({float(time_s):g} s) was spent"})
+            _log(ctx, f"not run, the time budget ({float(time_s):g} s) spent: {', '.join(skipped)}")
             break
         s = run()
         steps.append({"step": s["strategy"], "target": s["target"], "study": s["study"], "evaluations": s["evaluations"],
