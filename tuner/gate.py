@@ -107,7 +107,8 @@ def backups(workspace: Workspace) -> list[Path]:
 def rollback(workspace: Workspace, backup: str | None = None, dry_run: bool = True) -> dict[str, Any]:
     """Restore ``kernel_plan.json`` from ``backup`` (default: the latest, so repeated rollbacks walk back).
 
-    The restored backup leaves the stack; the plan it replaces is kept as ``rolled-back.*.json``.
+    The restored backup leaves the stack; the plan it replaces is kept as ``rolled-back.*.json`` (``kept``: naming it
+    as ``backup`` undoes the rollback).
     """
     if backup is None:
         found = backups(workspace)
@@ -121,7 +122,7 @@ def rollback(workspace: Workspace, backup: str | None = None, dry_run: bool = Tr
     text = source.read_text(encoding="utf-8")
     report: dict[str, Any] = {"restored_from": str(Path(source).relative_to(workspace.root)), "dry_run": dry_run, "rolled_back": False}
     if not dry_run:
-        workspace.write("plan", PLAN_FILE, text, backup_name="rolled-back")
+        report["kept"] = workspace.write("plan", PLAN_FILE, text, backup_name="rolled-back")
         source.unlink()
         report["rolled_back"] = True
     return report

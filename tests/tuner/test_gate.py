@@ -34,9 +34,13 @@ def test_real_apply_backs_up_and_rollback_restores(ctx, workspace):
     assert json.loads((workspace / "kernel_plan.json").read_text())["num_warps"] == 4
     second = service.apply_candidate(ctx, "tensor_plan_iteration2_neighborhood_best", dry_run=False)
     assert second["applied"]
-    service.rollback(ctx)
+    applied = (workspace / "kernel_plan.json").read_text()
+    undone = service.rollback(ctx)
     assert json.loads((workspace / "kernel_plan.json").read_text())["num_warps"] == 4
-    service.rollback(ctx)
+    assert (workspace / undone["kept"]).read_text() == applied               # the plan it replaced, named in the result
+    service.rollback(ctx, backup=undone["kept"])                             # undoes the rollback
+    assert (workspace / "kernel_plan.json").read_text() == applied
+    service.rollback(ctx)                                                   # the stack holds the first apply's backup
     assert (workspace / "kernel_plan.json").read_text() == before
     with pytest.raises(WorkspaceError, match="no backups"):
         service.rollback(ctx)
