@@ -32,6 +32,7 @@ MAX_PATH_CHARS = 512                                        # longest path argum
 LIMITS = {"time_s": 86_400, "max_evals": 10_000_000, "limit": 100, "repeats": 100}   # largest budgets, rows and repeats a tool accepts
 WRITE_KINDS = ("plan", "fixture", "result", "output")       # what a workspace write may be
 OUTPUT_DIR = "results"                                      # where the main job's report and winner go (not read as fixtures)
+OUTPUT_BACKUPS = 3                                          # backups kept of each output (a report is 5 MB, made again each run)
 PROTECTED = (".git", ".harnessgym/mcp", ".harnessgym/runtime", BACKUP_DIR, "studies", "fixtures", "tuner", "tests")
 RESULT_KEYS = {"metrics", "plan_hash", "used_harness_tools"}  # an earlier result file, which a new result may replace
 
@@ -96,7 +97,10 @@ class Workspace:
                                      "a backup is kept)")
             if kind == "result" and not _is_result(target):
                 raise WorkspaceError(f"{rel} is not an earlier result file; a result may replace only a result")
-            backup = self.backup(target, backup_name or str(rel.with_suffix("")).replace("/", "__"))
+            name = backup_name or str(rel.with_suffix("")).replace("/", "__")
+            backup = self.backup(target, name)
+            if kind == "output":
+                self._prune_backups(name, target.suffix, OUTPUT_BACKUPS)
         atomic_write(target, text)
         return backup
 
@@ -118,6 +122,14 @@ class Workspace:
                 os.fsync(handle.fileno())
             return f"{BACKUP_DIR}/{path.name}"
         raise WorkspaceError(f"cannot name a new backup of {name}")
+
+    def _prune_backups(self, name: str, suffix: str, keep: int) -> None:
+        """Remove all but the newest ``keep`` backups made of ``name`` (as :meth:`backup` names them)."""
+        folder, _ = self._write_target(BACKUP_DIR)
+        made = re.compile(rf"{re.escape(name)}\.(\d{{8}}T\d{{12}})Z(?:-(\d+))?{re.escape(suffix)}")
+        found = [(m[1], int(m[2] or 0), p) for p in folder.iterdir() if (m := made.fullmatch(p.name))]
+        for *_, old in sorted(found)[:-keep]:                  # by time stamp, then the same stamp's count: oldest first
+            old.unlink()
 
     def _write_target(self, relative: str) -> tuple[Path, PurePosixPath]:
         """The unresolved path of ``relative`` and its workspace-relative form; refused when it leaves the

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from tuner import service
-from tuner.workspace import WorkspaceError
+from tuner.workspace import BACKUP_DIR, OUTPUT_BACKUPS, Workspace, WorkspaceError
 
 
 def test_apply_is_a_dry_run_unless_told(ctx, workspace):
@@ -44,6 +44,20 @@ def test_real_apply_backs_up_and_rollback_restores(ctx, workspace):
     assert (workspace / "kernel_plan.json").read_text() == before
     with pytest.raises(WorkspaceError, match="no backups"):
         service.rollback(ctx)
+
+
+def test_an_output_keeps_its_newest_backups_and_no_other_backup_is_touched(workspace):
+    """A report is made again by every run (5 MB each): its backups are bounded, the plan's and other files' are not."""
+    ws = Workspace.at(workspace)
+    for i in range(6):
+        ws.write("plan", "kernel_plan.json", (workspace / "kernel_plan.json").read_text())
+        ws.write("output", "results/report.html", f"<p>{i}</p>")
+        ws.write("output", "results/report.old.html", f"<p>old {i}</p>")    # a name that starts like the report's
+    kept = {p.name: p.read_text() for p in (workspace / BACKUP_DIR).iterdir()}
+    reports = [text for name, text in sorted(kept.items()) if name.startswith("results__report.2")]
+    assert reports == [f"<p>{i}</p>" for i in range(5)][-OUTPUT_BACKUPS:]                  # the newest replaced ones
+    assert sum(name.startswith("results__report.old.") for name in kept) == OUTPUT_BACKUPS
+    assert sum(name.startswith("kernel_plan.") for name in kept) == 6                     # every plan backup stays
 
 
 def test_gate_refuses_regressions_and_incorrect_plans(ctx):
