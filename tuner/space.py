@@ -51,10 +51,6 @@ class ProfileError(ValueError):
     """A profile that does not exist or is malformed."""
 
 
-def _same(a: Any, b: Any) -> bool:
-    return type(a) is type(b) and a == b
-
-
 def _text(value: Any, limit: int = 60) -> str:
     """JSON text of ``value`` cut to a short prefix (a message never echoes a huge value)."""
     try:
@@ -84,6 +80,13 @@ class Knob:
         for i, choice in enumerate(self.choices):
             positions.setdefault((type(choice), choice), i)
         return positions
+
+    def __contains__(self, value: Any) -> bool:
+        """Whether ``value`` is one of ``choices`` (same type and value)."""
+        try:
+            return (type(value), value) in self._positions
+        except TypeError:                                   # a list or an object, no knob's value
+            return False
 
     def index(self, value: Any) -> int:
         """Index of ``value`` among ``choices`` (same type and value); ``ValueError`` otherwise."""
@@ -162,7 +165,7 @@ class Space:
             if knob.name not in data:
                 continue
             value = data[knob.name]
-            if any(_same(value, c) for c in knob.choices):
+            if value in knob:
                 continue
             if any(type(value) is type(c) for c in knob.choices):
                 parts.append(f"knob {knob.name!r}: value {_text(value)} is not allowed (allowed: {knob.allowed()})")
@@ -413,7 +416,7 @@ def make_knob(name: Any, values: Any, where: str, default: Any = None, kind: Any
     if len(values) == 1:                    # its one value is its default, whatever a file says (the community's
         default = None                      # files have `"Values": "[10]", "Default": 1` and `"Default": [0]`)
     knob = Knob(name, tuple(values), _kind(values, kind, where), default)
-    if default is not None and not any(_same(default, v) for v in values):
+    if default is not None and default not in knob:
         raise SpaceError(f"{where}: knob {name!r}: Default {_text(default)} is not one of its values (allowed: {knob.allowed()})")
     return knob
 
