@@ -136,7 +136,9 @@ def _limit_arg(p: argparse.ArgumentParser, default: int, what: str) -> None:
 
 COMMANDS: dict[str, Command] = {
     "run": (service.run_workflow, lambda p: (
-        p.add_argument("--time-s", type=_seconds, default=120.0, metavar="SECONDS", help="time budget in seconds (default 120)"),
+        p.add_argument("--time-s", type=_seconds, default=120.0, metavar="SECONDS",
+                       help="seconds the searches may take (default 120); verifying the winners and writing the report "
+                            "follow (with --objective command, benchmark runs of their own)"),
         p.add_argument("--apply", action="store_true", help="write the verified winner to kernel_plan.json (a backup is kept)"),
         _seed_arg(p)), "run the seed's workflow end to end: score, trace, search, verify, apply, report"),
     "run_objective": (service.run_objective, lambda p: (_mode_arg(p, None), _plan_arg(p)),
