@@ -57,6 +57,7 @@ class ServiceError(ValueError):
     """Bad arguments: the message names the argument, the value and what is allowed."""
 
 
+LARGE_SWEEP = 10_000_000                # configurations past which a sweep with no budget says so as it starts
 SEARCH_WRITES = frozenset({"history"})
 WRITES: dict[str, frozenset[str]] = {
     # what each tool may write: "history" (adds evaluations, studies and sweeps), or a workspace write kind
@@ -393,6 +394,9 @@ def bounded_exhaustive_search(ctx: Context, profile: str, max_evals: int | None 
     _positive("time_s", time_s)
     spec = Spec(strategy="exhaustive", mode=ctx.objective.modes[0], max_evals=int(max_evals or prof.size), time_s=time_s,
                 target=f"profile:{profile}", profile=prof, include_final=bool(include_final))
+    if max_evals is None and time_s is None and prof.size > LARGE_SWEEP:
+        _log(ctx, f"sweeping all {prof.size:,} configurations of profile {profile!r}, with no evaluation or time budget: "
+                  "an interrupt stops it and keeps the progress, and the same command resumes it")
     return {"profile": profile, "profile_size": prof.size, **_search(ctx, spec)}
 
 

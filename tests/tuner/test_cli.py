@@ -209,6 +209,20 @@ def test_ctrl_c_exits_130_with_one_line_and_keeps_the_progress(workspace):
     assert state == "cancelled" and evaluations > 0
 
 
+def test_a_sweep_of_the_whole_tensor_space_with_no_budget_says_so_as_it_starts(workspace):
+    """150 billion plans at about a million a second: days. Its first line says so, and an interrupt keeps the progress."""
+    process = subprocess.Popen([sys.executable, "-m", "tuner", "--workspace", str(workspace), "bounded_exhaustive_search",
+                                "--profile", "all"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
+    first = process.stderr.readline()                        # waits for the line itself
+    assert first == ("sweeping all 150,493,593,600 configurations of profile 'all', with no evaluation or time budget: an "
+                     "interrupt stops it and keeps the progress, and the same command resumes it\n")
+    process.send_signal(signal.SIGINT)
+    _, err = process.communicate(timeout=120)
+    assert process.returncode == 130 and "interrupted" in err and "Traceback" not in err
+    budgeted = tuner(workspace, "bounded_exhaustive_search", "--profile", "iteration3_dev_core", "--max-evals", "1000")
+    assert budgeted.returncode == 0 and budgeted.stderr == ""                # a budget, or a smaller profile: nothing to say
+
+
 def test_a_closed_pipe_ends_quietly(workspace):
     process = subprocess.Popen([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--json", "trace_summary"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd=ROOT)
