@@ -16,12 +16,9 @@ from pathlib import Path
 from typing import Any
 
 from tuner.mcp_client import manifest_command
-from tuner.workspace import MANIFEST, PLAN_FILE, Workspace, atomic_write, loads
+from tuner.workspace import MANIFEST, PLAN_FILE, SERVER_NAME, Workspace, atomic_write, loads
 
 CLIENT_FILES = {"claude": ".mcp.json", "vscode": ".vscode/mcp.json", "codex": ".codex/config.toml"}
-
-
-SERVER = "tensor-plan-server"
 
 
 def server_entry(workspace: Workspace) -> tuple[str, dict[str, Any]]:
@@ -29,7 +26,7 @@ def server_entry(workspace: Workspace) -> tuple[str, dict[str, Any]]:
     and any client environment works; without a manifest (a workspace of an installed package), this
     interpreter's ``-m tuner.mcp_server`` serving the workspace."""
     if not (workspace.root / MANIFEST).is_file():
-        return SERVER, {"command": sys.executable, "args": ["-m", "tuner.mcp_server", "--workspace", str(workspace.root)], "env": {}}
+        return SERVER_NAME, {"command": sys.executable, "args": ["-m", "tuner.mcp_server", "--workspace", str(workspace.root)], "env": {}}
     servers = json.loads((workspace.root / MANIFEST).read_text(encoding="utf-8"))["mcpServers"]
     name, entry = next(iter(servers.items()))
     args = [str(workspace.root / a) if a.endswith(".py") else a for a in entry.get("args", [])]

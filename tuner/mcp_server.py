@@ -33,9 +33,8 @@ from mcp_types import INVALID_PARAMS
 from pydantic import Field, StrictBool, StrictInt, StrictStr
 
 from tuner import mcp_results as R
-from tuner.workspace import LIMITS, MAX_PATH_CHARS, RESULT_PATH, quoted
+from tuner.workspace import LIMITS, MAX_PATH_CHARS, RESULT_PATH, SERVER_NAME, quoted
 
-NAME = "tensor-plan-server"
 DEFAULT_SEARCH_SECONDS = 50.0
 MAX_PLAN_KNOBS = 64                  # keys a plan object may have
 MAX_NOTE = 500                       # characters of a provenance note
@@ -284,7 +283,7 @@ def build(workspace: Path, history: str | None = None) -> MCPServer:
         """Run the final benchmark and write the iteration result (metrics.best_cycles = metrics.score) with the tools used."""
         return await server.call(ctx, "record_result", path=path, tools=used)
 
-    return _Server(NAME, version=package_version(),
+    return _Server(SERVER_NAME, version=package_version(),
                    instructions="Tune kernel_plan.json: best_cycles is lower-is-better; dev is the fast objective, "
                                 "final the authority; correctness needs max_abs <= 2.5e-4 in both modes.", tools=tools)
 

@@ -22,7 +22,8 @@ from typing import Any
 
 PLAN_FILE = "kernel_plan.json"
 FIXTURE_DIRS = ("fixtures", ".harnessgym/fixtures")
-SERVER_DIR = ".harnessgym/mcp/tensor-plan-server"           # the MCP server's manifest and launcher
+SERVER_NAME = "tensor-plan-server"                          # the MCP server's name, as clients list it
+SERVER_DIR = f".harnessgym/mcp/{SERVER_NAME}"               # its manifest and launcher
 MANIFEST = f"{SERVER_DIR}/harnessgym-mcp.json"
 TELEMETRY = ".harnessgym/mcp_calls.jsonl"                   # one line per call of .harnessgym/runtime/mcp_call.py
 RESULT_PATH = ".harnessgym/iteration_result.json"
@@ -279,5 +280,5 @@ def atomic_write(path: Path, text: str) -> None:
         os.close(directory)
 
 
-__all__ = ["BACKUP_DIR", "LIMITS", "MANIFEST", "MAX_PATH_CHARS", "OUTPUT_DIR", "PLAN_FILE", "RESULT_PATH", "SERVER_DIR", "TELEMETRY",
-           "WRITE_KINDS", "Workspace", "WorkspaceError", "atomic_write", "check_name", "quoted"]
+__all__ = ["BACKUP_DIR", "LIMITS", "MANIFEST", "MAX_PATH_CHARS", "OUTPUT_DIR", "PLAN_FILE", "RESULT_PATH", "SERVER_DIR",
+           "SERVER_NAME", "TELEMETRY", "WRITE_KINDS", "Workspace", "WorkspaceError", "atomic_write", "check_name", "quoted"]
