@@ -15,7 +15,7 @@ from typing import Any
 import numpy as np
 
 from tuner.space import Config, SpaceError, load_space
-from tuner.workspace import loads
+from tuner.workspace import json_reason, loads, read_text
 
 SPACE = load_space(Path(__file__).resolve().parent / "task" / "kernel_plan.t1.json")
 PROFILE_DIR = Path(__file__).resolve().parent / "task" / "profiles"   # the task's bounded profiles (package data)
@@ -53,9 +53,9 @@ def load_plan(path: str | Path, label: str | None = None) -> Plan:
     path = Path(path)
     name = label if label is not None else str(path)
     try:
-        text = path.read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
-        raise PlanError(f"cannot read plan {name!r}: {exc.strerror if isinstance(exc, OSError) else 'not UTF-8 text'}") from None
+        text = read_text(path)
+    except (OSError, ValueError) as exc:
+        raise PlanError(f"cannot read plan {name!r}: {json_reason(exc)}") from None
     return parse_plan_text(text, source=f"plan {name!r}")
 
 

@@ -48,6 +48,7 @@ from tuner.workspace import (
     json_reason,
     loads,
     quoted,
+    read_text,
 )
 
 RUN_BEST = f"{OUTPUT_DIR}/tuner_run_best.json"       # the main job's applied winner, in fixture form (usable as --plan)
@@ -214,7 +215,7 @@ def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
         return space.validate(ref, "configuration"), "inline configuration"
     path = ctx.workspace.path(ref)
     try:
-        data = loads(path.read_text(encoding="utf-8"))
+        data = loads(read_text(path))
     except (OSError, ValueError) as exc:
         raise ServiceError(f"configuration file {quoted(ref)} cannot be read as JSON: {json_reason(exc)}") from None
     try:

@@ -36,6 +36,7 @@ OUTPUT_DIR = "results"                                      # where the main job
 OUTPUT_BACKUPS = 3                                          # backups kept of each output (a report is 5 MB, made again each run)
 PROTECTED = (".git", ".harnessgym/mcp", ".harnessgym/runtime", BACKUP_DIR, "studies", "fixtures", "tuner", "tests")
 RESULT_KEYS = {"metrics", "plan_hash", "used_harness_tools"}  # an earlier result file, which a new result may replace
+MAX_TEXT_BYTES = 1 << 20                                     # a plan, fixture, configuration or result file (a plan is < 1 KB)
 
 
 class WorkspaceError(ValueError):
@@ -169,7 +170,7 @@ class Workspace:
     def fixture(self, name: str) -> dict[str, Any]:
         path = self.fixture_path(name)
         try:
-            data = loads(path.read_text(encoding="utf-8"))
+            data = loads(read_text(path))
         except (OSError, ValueError) as exc:                # unreadable, not UTF-8, not JSON
             raise WorkspaceError(f"fixture {name!r} cannot be read as JSON: {json_reason(exc)}") from None
         return data if isinstance(data, dict) and "plan" in data else {"name": name, "plan": data}
@@ -236,6 +237,16 @@ def loads(text: str | bytes) -> Any:
         raise ValueError("a number too long to read") from None       # int_max_str_digits
 
 
+def read_text(path: Path) -> str:
+    """A small file of the workspace (a plan, fixture, configuration or result) as UTF-8 text: ``OSError``, or
+    ``ValueError`` when it holds more than ``MAX_TEXT_BYTES`` or is not UTF-8 (:func:`json_reason` says which)."""
+    with open(path, "rb") as file:
+        raw = file.read(MAX_TEXT_BYTES + 1)                     # a huge file is refused, never read whole
+    if len(raw) > MAX_TEXT_BYTES:
+        raise ValueError(f"larger than {MAX_TEXT_BYTES >> 20} MiB, far more than a plan or configuration needs")
+    return raw.decode("utf-8")
+
+
 def json_reason(exc: OSError | ValueError) -> str:
     """What went wrong reading a JSON file, in a few words."""
     if isinstance(exc, UnicodeDecodeError):
@@ -245,7 +256,7 @@ def json_reason(exc: OSError | ValueError) -> str:
 
 def _is_result(path: Path) -> bool:
     try:
-        data = loads(path.read_text(encoding="utf-8"))
+        data = loads(read_text(path))
     except (OSError, ValueError):
         return False
     return isinstance(data, dict) and set(data) >= RESULT_KEYS

@@ -98,6 +98,21 @@ def test_a_fixture_that_is_not_json_is_named_and_skipped_where_all_fixtures_are_
     assert {r["source"] for r in json.loads(listed.stdout)["rows"]} >= {"current", "fixture:tensor_plan_attempt1_best"}
 
 
+def test_a_file_far_larger_than_a_plan_is_refused_unread_and_one_at_the_limit_is_read(workspace):
+    from tuner.workspace import MAX_TEXT_BYTES
+
+    plan = (workspace / "kernel_plan.json").read_text()
+    (workspace / "limit.json").write_text(plan + " " * (MAX_TEXT_BYTES - len(plan.encode())))   # a plan padded to the limit
+    (workspace / "big.json").write_text(plan + " " * (MAX_TEXT_BYTES + 1 - len(plan.encode())))
+    shutil.copy2(workspace / "big.json", workspace / "fixtures" / "huge.json")
+    assert tuner(workspace, "validate_plan", "--plan", "limit.json").returncode == 0
+    out = tuner(workspace, "validate_plan", "--plan", "big.json")
+    assert out.returncode == 1 and "cannot read plan 'big.json': larger than 1 MiB" in out.stdout, out.stdout
+    out = tuner(workspace, "run_objective", "--plan", "huge")
+    assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+    assert "fixture 'huge' cannot be read as JSON: larger than 1 MiB" in out.stderr, out.stderr
+
+
 def test_a_telemetry_line_torn_by_a_kill_is_skipped_when_the_result_is_recorded(workspace):
     log = workspace / ".harnessgym" / "mcp_calls.jsonl"
     log.parent.mkdir(exist_ok=True)
