@@ -30,7 +30,7 @@ from mcp.server.mcpserver.tools import Tool
 from mcp.shared.exceptions import MCPError
 from mcp.types import ToolAnnotations
 from mcp_types import INVALID_PARAMS
-from pydantic import Field, StrictBool, StrictInt, StrictStr
+from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from tuner import mcp_results as R
 from tuner.workspace import LIMITS, MAX_PATH_CHARS, RESULT_PATH, SERVER_NAME, quoted
@@ -122,13 +122,44 @@ def _message(exc: Exception) -> str:
     return f"{exc.__class__.__name__}: {str(exc)[:300]}"
 
 
+def _argument_errors(tool: Tool, exc: ValidationError) -> str:
+    """One line for arguments that do not fit ``tool``'s schema: each argument named, with what it got (a short
+    prefix) and what is allowed; an unknown one with the arguments there are. Of a union (a plan given as a
+    reference or an object), only the branch of the value's own type speaks, unless none is of its type."""
+    by_argument: dict[str, list[Any]] = {}
+    for error in exc.errors():
+        by_argument.setdefault(str(error["loc"][0]), []).append(error)
+    parts = []
+    for argument, errors in by_argument.items():
+        kind = errors[0]["type"]
+        if kind == "missing":
+            parts.append(f"argument {argument!r} is required")
+        elif kind == "extra_forbidden":
+            parts.append(f"unknown argument {argument!r} (arguments: {', '.join(tool.parameters['properties'])})")
+        else:
+            fitting = [e for e in errors if not e["type"].endswith("_type")] or errors
+            said = list(dict.fromkeys(e["msg"] for e in fitting))
+            if all(m.startswith("Input should be ") for m in said):
+                allowed = "input should be " + " or ".join(m.removeprefix("Input should be ") for m in said)
+            else:
+                allowed = "; ".join(m[0].lower() + m[1:] for m in said)
+            parts.append(f"argument {argument!r}: {allowed}, got {quoted(errors[0]['input'])}")
+    return f"Error executing tool {tool.name}: " + "; ".join(parts)
+
+
 class _Server(MCPServer):
-    """The SDK's server, answering an unknown tool with the protocol error the MCP spec asks for."""
+    """The SDK's server, answering an unknown tool with the protocol error the MCP spec asks for, and arguments
+    that do not fit a tool's schema with one line (:func:`_argument_errors`) instead of pydantic's report."""
 
     async def call_tool(self, name: str, arguments: dict[str, Any], context: Any = None) -> Any:
-        if self._tool_manager.get_tool(name) is None:
+        if (tool := self._tool_manager.get_tool(name)) is None:
             raise MCPError(code=INVALID_PARAMS, message=f"Unknown tool: {quoted(name)}")
-        return await super().call_tool(name, arguments, context)
+        try:
+            return await super().call_tool(name, arguments, context)
+        except ToolError as exc:
+            if type(exc) is not ToolError or not isinstance(exc.__cause__, ValidationError):    # not the arguments' fault
+                raise
+            raise ToolError(_argument_errors(tool, exc.__cause__)) from exc.__cause__
 
 
 def package_version() -> str:

@@ -79,6 +79,26 @@ async def test_unknown_tool_is_a_protocol_error_and_server_names_its_version(wor
     assert raised.value.code == -32602 and "no_such_tool" in raised.value.message
 
 
+ARGUMENT_ERRORS = [
+    ("run_objective", {"mode": "devx"}, "argument 'mode': input should be 'dev' or 'final', got 'devx'"),
+    ("run_objective", {"plan": 5}, "argument 'plan': input should be a valid string or a valid dictionary, got 5"),
+    ("run_objective", {"plan": "x" * 600}, "argument 'plan': string should have at most 512 characters, got 'xxxx"),
+    ("apply_candidate", {"candidate": "a", "dry_run": "false"},
+     "argument 'plan' is required; argument 'dry_run': input should be a valid boolean, got 'false'; "
+     "unknown argument 'candidate' (arguments: plan, dry_run, repeats)"),
+]
+
+
+@pytest.mark.anyio
+async def test_arguments_that_do_not_fit_a_tool_get_one_line_naming_each_argument_and_what_is_allowed(workspace):
+    async with Client(build(workspace)) as client:
+        for tool, arguments, expected in ARGUMENT_ERRORS:
+            result = await client.call_tool(tool, arguments)
+            text = " ".join(getattr(c, "text", "") for c in result.content)
+            assert result.is_error and text.startswith(f"Error executing tool {tool}: {expected}"), text
+            assert "\n" not in text and "pydantic" not in text and len(text) < 300, text
+
+
 def test_record_result_writes_only_a_result_file(workspace):
     ctx = service.Context.create(workspace, tool="record_result")
     protected = ["kernel_plan.json", ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json", "studies/iteration3_dev_core.json",
