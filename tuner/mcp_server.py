@@ -314,7 +314,7 @@ def build(workspace: Path, history: str | None = None) -> MCPServer:
         """Run the final benchmark and write the iteration result (metrics.best_cycles = metrics.score) with the tools used."""
         return await server.call(ctx, "record_result", path=path, tools=used)
 
-    return _Server(SERVER_NAME, version=package_version(),
+    return _Server(SERVER_NAME, version=package_version(), log_level="WARNING",     # a failed call's result says why; no log line
                    instructions="Tune kernel_plan.json: best_cycles is lower-is-better; dev is the fast objective, "
                                 "final the authority; correctness needs max_abs <= 2.5e-4 in both modes.", tools=tools)
 

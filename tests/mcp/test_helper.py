@@ -29,7 +29,8 @@ def test_one_telemetry_record_per_call_and_exit_codes(workspace):
     rc, result, _ = call(workspace, "run_objective", '{"mode":"dev"}')
     assert rc == 0 and result["mode"] == "dev" and result["best_cycles"] > 0
     rc, result, err = call(workspace, "run_objective", '{"mode":"turbo"}')
-    assert rc == 1 and "mode" in result["error"]
+    assert rc == 1 and result["error"].endswith("argument 'mode': input should be 'dev' or 'final', got 'turbo'")
+    assert err == f"mcp_call.py: run_objective failed: {result['error']}\n"           # said once: no server log line beside it
     rc, _, err = call(workspace, "run_objective", '{"mode": dev}')
     assert rc == 2 and "not valid JSON" in err
     rc, _, err = call(workspace, "run_objective", "[1]")
