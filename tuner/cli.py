@@ -127,7 +127,7 @@ def _search_args(p: argparse.ArgumentParser, evals: int | None) -> None:
 def _repeats_arg(p: argparse.ArgumentParser, default: int, least: int = 1) -> None:
     p.add_argument("--repeats", type=_positive(int, LIMITS["repeats"]), default=default, metavar="K",
                    help=f"measurements per plan and mode, {least} to {LIMITS['repeats']}; above 1, values are medians and the gate "
-                        f"needs a final improvement significant at 95% (for noisy benchmarks; default {default})")
+                        f"needs a final improvement significant at 95%% (for noisy benchmarks; default {default})")
 
 
 def _limit_arg(p: argparse.ArgumentParser, default: int, what: str) -> None:

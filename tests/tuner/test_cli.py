@@ -162,6 +162,7 @@ def test_every_option_has_help_and_the_default_output_is_readable(workspace):
     while seen < len(parsers):                              # every parser, nested subcommands (mcp install) included
         name, current = parsers[seen]
         seen += 1
+        assert current.format_help().startswith(f"usage: {name}"), name       # what --help prints (a stray % breaks it)
         for action in current._actions:
             if isinstance(action, argparse._SubParsersAction):
                 parsers += [(f"{name} {n}", p) for n, p in action.choices.items()]
