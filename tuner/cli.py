@@ -204,9 +204,10 @@ COMMANDS: dict[str, Command] = {
 }
 
 
-def _problem_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: bool) -> None:
+def _problem_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, defaults: bool, repeats: bool = True) -> None:
     """The options that say which problem and history a command works on. The top parser holds their defaults;
-    each command accepts them too (``defaults`` false: a value given there replaces the top one)."""
+    each command accepts them too (``defaults`` false: a value given there replaces the top one), ``--repeats``
+    only where the command has no ``--repeats`` of its own (the gate's)."""
     def default(value: Any) -> Any:
         return value if defaults else argparse.SUPPRESS
 
@@ -228,6 +229,10 @@ def _problem_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, defau
     p.add_argument("--timeout-s", type=_seconds, default=default(120.0), metavar="SECONDS",
                    help="with a command objective: seconds one benchmark run may take; a run past it is killed with "
                         "everything it started and counts as a failed evaluation (default 120)")
+    if repeats:
+        p.add_argument("--repeats", dest="objective_repeats", type=_positive(int, LIMITS["repeats"]), default=default(1), metavar="K",
+                       help="with a command objective: runs per configuration in searches, valued by their median; every sample "
+                            "is kept in the trial (noisy timings; default 1)")
 
 
 def parser() -> argparse.ArgumentParser:
@@ -236,16 +241,14 @@ def parser() -> argparse.ArgumentParser:
         "or your own kernel's program over a T1 space (command:PROGRAM); lower is better. "
         "Exit status: 0 done, 1 refused or failed, 2 bad input, 130 interrupted, 143 terminated (SIGTERM), 129 hung up (SIGHUP)."))
     _problem_options(top, defaults=True)
-    top.add_argument("--repeats", dest="objective_repeats", type=_positive(int, LIMITS["repeats"]), default=1, metavar="K",
-                     help="with a command objective: runs per configuration in searches, valued by their median; every sample is kept "
-                          "in the trial (noisy timings; default 1)")
     top.add_argument("--json", action="store_true", help="print the result as JSON (default: readable text)")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, add, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)
         p.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print the result as JSON")
         add(p)
-        _problem_options(p.add_argument_group("the problem and history (also accepted before the command)"), defaults=False)
+        _problem_options(p.add_argument_group("the problem and history (also accepted before the command)"), defaults=False,
+                         repeats=p.get_default("repeats") is None)
     from tuner.mcp_install import add_parser as add_mcp
 
     add_mcp(sub)

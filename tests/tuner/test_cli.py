@@ -59,6 +59,7 @@ def test_json_output_of_read_only_commands(workspace):
     (("report", "--out", "elsewhere.html"), "an output write may not touch 'elsewhere.html'"),
     (("mcp",), "tuner mcp: error: the following arguments are required: install"),          # not argparse's dest
     (("--repeats", "3", "search_plans"), "--timeout-s and --repeats apply to a command or command:PROGRAM objective only"),
+    (("search_plans", "--repeats", "3"), "--timeout-s and --repeats apply to a command or command:PROGRAM objective only"),
     (("--timeout-s", "5", "run_objective"), "(objective 'builtin' runs no program, and its values do not vary)"),
     (("record_result", "--path", "/tmp/elsewhere.json"), "outside the workspace"),
     (("local_neighborhood_search", "--fixture", "tensor_plan_attempt1_best", "--strategy", "quick"), "not allowed here"),
@@ -67,6 +68,15 @@ def test_bad_input_exits_2_with_one_clear_line(workspace, args, fragment):
     out = tuner(workspace, *args)
     assert out.returncode == 2, out.stderr
     assert fragment in out.stderr and "Traceback" not in out.stderr
+
+
+def test_repeats_after_a_search_command_is_the_objective_s_and_after_a_gate_command_the_gate_s():
+    from tuner.cli import parser
+
+    for argv in (["--repeats", "3", "search_plans"], ["search_plans", "--repeats", "3"]):
+        assert parser().parse_args(argv).objective_repeats == 3, argv
+    gate = parser().parse_args(["apply_candidate", "--plan", "p", "--repeats", "3"])
+    assert gate.repeats == 3 and gate.objective_repeats == 1
 
 
 def test_malformed_current_plan_is_an_input_error(workspace):
