@@ -139,8 +139,11 @@ COMMANDS: dict[str, Command] = {
         p.add_argument("--time-s", type=_seconds, default=120.0, metavar="SECONDS",
                        help="seconds the searches may take (default 120); verifying the winners and writing the report "
                             "follow (with --objective command, benchmark runs of their own)"),
-        p.add_argument("--apply", action="store_true", help="write the verified winner to kernel_plan.json (a backup is kept)"),
-        _seed_arg(p)), "run the seed's workflow end to end: score, trace, search, verify, apply, report"),
+        p.add_argument("--apply", action="store_true", help="write the verified winner to kernel_plan.json (a backup is kept; "
+                                                            "the tensor plan only)"),
+        _seed_arg(p)), "run the seed's workflow end to end: score, trace, search, verify, apply, report; on a cache or "
+                       "your kernel's program: score the space's default, search from it and across the space, write the "
+                       "best configuration and the report"),
     "run_objective": (service.run_objective, lambda p: (_mode_arg(p, None), _plan_arg(p)),
                       "benchmark report of a plan in one mode (best_cycles: lower is better)"),
     "trace_summary": (service.trace_summary, lambda p: (_plan_arg(p), _mode_arg(p, "dev")), "where a plan's cycles go, with indicators"),
@@ -286,8 +289,18 @@ def readable(value: Any, indent: int = 0) -> list[str]:
 
 
 def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
+    """The main job's summary: the baseline, each search, the winner and what changes, where the history and report are."""
+    mode, unit = ctx.objective.modes[0], "cycles" if ctx.is_plan else "ms"
+
+    def value(v: float | None) -> str:
+        return f"{_scalar(v)} {unit}" if v is not None else "cannot run"
+
     base = result["baseline"]
-    lines = [f"baseline: dev {base['dev']:,} cycles, final {base['final']:,} cycles (plan {base['plan_hash']})"]
+    if ctx.is_plan:
+        lines = [f"baseline: dev {base['dev']:,} cycles, final {base['final']:,} cycles (plan {base['plan_hash']})"]
+    else:
+        lines = [f"the space's default: {mode} {value(base[mode])} (configuration {base['plan_hash']})" if base[mode] is not None
+                 else f"the space's default cannot run: {base['reason']} (configuration {base['plan_hash']})"]
     for step in result["steps"]:
         if step["step"] == "not run":
             lines.append(f"  not run, {step['reason']}: {', '.join(step['searches'])} (a larger --time-s runs them; "
@@ -297,27 +310,47 @@ def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
         target = step.get("target", "")
         what = f"{step['step']} ({target})" if target and target != "space" else step["step"]
         resumed = f", resumed after {step['resumed_from']:,}" if step.get("resumed_from") else ""
-        best = f"best dev {step['best_dev']:,}" if step["best_dev"] is not None else "nothing correct"
+        found = step[f"best_{mode}"]
+        best = f"best {mode} {value(found)}" if found is not None else "nothing correct" if ctx.is_plan else "nothing ran"
         lines.append(f"  {what}: {step['evaluations']:,} evaluations{resumed}, {best}, stopped: {step['stopped']}")
-    if "best" in result:
-        best, speed = result["best"], result["speedup"]
-        lines.append(f"best: dev {best['dev']:,} cycles, final {best['final']:,} cycles (plan {best['plan_hash']}, correct in both modes)")
-        lines.append(f"speedup: dev {speed['dev']:.2f}x, final {speed['final']:.2f}x")
-        comps = result["winner_trace"]["components"]
-        lines.append("winner's final trace: " + ", ".join(f"{k} {v['share']:.0%}" for k, v in comps.items() if v["share"] >= 0.01))
-        applied = "applied" in result
-        lines.append("applied to kernel_plan.json:" if applied else "would apply (use --apply):")
-        changes = result["applied" if applied else "would_apply"]
-        lines += [f"  {knob}: {change['from']} -> {change['to']}" for knob, change in changes.items()]
-        if applied:
-            lines.append(f"undo with: python -m tuner --workspace {ctx.workspace.root} rollback")
-    else:
-        lines.append("no candidate passed the gate: " + "; ".join(result["gate"].get("reasons", [])))
+    lines += _render_tensor_winner(result, ctx) if ctx.is_plan else _render_best(result, mode, value)
     lines.append(f"history: {shown_url(ctx.history_url)}")
     if result.get("report"):
         lines.append(f"report: {ctx.workspace.root / result['report']['path']}")
     lines.append(f"took {result['seconds']:.1f} seconds")
     return "\n".join(lines)
+
+
+def _render_tensor_winner(result: dict[str, Any], ctx: service.Context) -> list[str]:
+    if "best" not in result:
+        return ["no candidate passed the gate: " + "; ".join(result["gate"].get("reasons", []))]
+    best, speed = result["best"], result["speedup"]
+    lines = [f"best: dev {best['dev']:,} cycles, final {best['final']:,} cycles (plan {best['plan_hash']}, correct in both modes)",
+             f"speedup: dev {speed['dev']:.2f}x, final {speed['final']:.2f}x"]
+    comps = result["winner_trace"]["components"]
+    lines.append("winner's final trace: " + ", ".join(f"{k} {v['share']:.0%}" for k, v in comps.items() if v["share"] >= 0.01))
+    applied = "applied" in result
+    lines.append("applied to kernel_plan.json:" if applied else "would apply (use --apply):")
+    changes = result["applied" if applied else "would_apply"]
+    lines += [f"  {knob}: {change['from']} -> {change['to']}" for knob, change in changes.items()]
+    if applied:
+        lines.append(f"undo with: python -m tuner --workspace {ctx.workspace.root} rollback")
+    return lines
+
+
+def _render_best(result: dict[str, Any], mode: str, value: Callable[[float | None], str]) -> list[str]:
+    if "best" not in result:
+        return ["no configuration ran: every one scored failed (see failure_reasons: python -m tuner --json search_plans)"]
+    best = result["best"]
+    lines = [f"best: {mode} {value(best[mode])} (configuration {best['plan_hash']}, from {best['source']})"]
+    if "speedup" in result:
+        lines.append(f"speedup over the default: {result['speedup']:.2f}x")
+    if "of_optimum" in result:
+        lines.append(f"of the cache's optimum: {result['of_optimum']:.3f} (1.0: the best time it holds)")
+    lines.append("changes from the default:" if result["changes"] else "the default is the best configuration found")
+    lines += [f"  {knob}: {change['from']} -> {change['to']}" for knob, change in result["changes"].items()]
+    lines.append(f"written to {result['configuration']['path']} (usable as --plan)")
+    return lines
 
 
 def _run_workers(args: argparse.Namespace, argv: list[str]) -> int:

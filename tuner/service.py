@@ -51,7 +51,9 @@ from tuner.workspace import (
     read_text,
 )
 
-RUN_BEST = f"{OUTPUT_DIR}/tuner_run_best.json"       # the main job's applied winner, in fixture form (usable as --plan)
+RUN_BEST = f"{OUTPUT_DIR}/tuner_run_best.json"       # the main job's winner: the tensor plan's applied one in fixture form, another
+                                                     # problem's best configuration (either usable as --plan)
+RUN_LOCAL_EVALS, RUN_QUICK_EVALS = 3000, 500         # the main job's evaluation budgets for its local and its quick search
 
 
 class ServiceError(ValueError):
@@ -703,23 +705,23 @@ __all__ = [
 # --- the main job -----------------------------------------------------------------------------
 
 def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed: int = 0) -> dict[str, Any]:
-    """The seed's workflow, steps 1-10, on the workspace: score, trace, resume, local search, both profiles and
-    quick search (within ``time_s`` seconds in all), verify, apply (dry run unless ``apply``), export (when
-    applied) and compare. ``seconds``: what the whole job took."""
-    ctx.tensor_plan_only("run")
+    """The main job, its searches within ``time_s`` seconds in all; ``seconds``: what the whole job took. On the
+    tensor plan, the seed's workflow, steps 1-10: score, trace, resume, local search, both profiles and quick search,
+    verify, apply (dry run unless ``apply``), export (when applied) and compare. On any other problem
+    (:func:`_run_space`): the space's default scored, a local search from it and quick search, the best configuration
+    of the history written to results/, and the comparison and report."""
     _positive("time_s", time_s, allow_none=False)
     if not isinstance(apply, bool):
         raise ServiceError(f"apply must be a boolean, got {quoted(apply)}")
     started = time.monotonic()
-    deadline = started + float(time_s)
-
-    def left() -> float:
-        return max(deadline - time.monotonic(), 0.0)
-
-    steps: list[dict[str, Any]] = []
+    if not ctx.is_plan:
+        if apply:
+            raise ServiceError(f"run --apply writes kernel_plan.json, the tensor plan's; on {ctx.objective_kind} the best "
+                               f"configuration is written to {RUN_BEST} without it")
+        return _run_space(ctx, started, float(time_s), seed)
     baseline = ctx.workspace.current_plan()
     base = _measure(ctx, baseline)
-    steps.append({"step": "run_objective", "dev": base["dev"]["best_cycles"]})
+    steps: list[dict[str, Any]] = [{"step": "run_objective", "dev": base["dev"]["best_cycles"]}]
     trace = trace_summary(ctx, None, "dev")
     steps.append({"step": "trace_summary", "findings": trace.get("findings", [])[:5]})
     resumed = resume_search_history(ctx)
@@ -730,23 +732,12 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     best_fixture = min((r for r in _fixture_rows(ctx) if r["correct"]), key=_rank_key(ctx), default=None)
     start = best_fixture["plan"] if best_fixture else baseline
     _log(ctx, f"baseline: dev {base['dev']['best_cycles']} cycles; {len(seeds)} seed(s), {len(resumed['searches'])} earlier search(es)")
-    runs: list[tuple[str, Callable[[], dict[str, Any]]]] = [
-        ("checkpoint", lambda: local_neighborhood_search(ctx, plan=start, include_final=True, max_evals=3000, time_s=left())),
-        *((f"exhaustive ({profile})", lambda p=profile: bounded_exhaustive_search(ctx, p, include_final=True, time_s=left()))
+    steps += _run_searches(ctx, started + float(time_s), float(time_s), [
+        ("checkpoint", lambda left: local_neighborhood_search(ctx, plan=start, include_final=True, max_evals=RUN_LOCAL_EVALS,
+                                                              time_s=left)),
+        *((f"exhaustive ({profile})", lambda left, p=profile: bounded_exhaustive_search(ctx, p, include_final=True, time_s=left))
           for profile in ("iteration3_dev_core", "iteration3_layout_relaxed")),
-        ("quick", lambda: search_plans(ctx, "quick", max_evals=500, time_s=left(), seed=seed))]
-    for done, (_, run) in enumerate(runs):
-        if left() <= 0:
-            skipped = [n for n, _ in runs[done:]]
-            steps.append({"step": "not run", "searches": skipped, "reason": f"the time budget ({float(time_s):g} s) was spent"})
-            _log(ctx, f"not run, the time budget ({float(time_s):g} s) spent: {', '.join(skipped)}")
-            break
-        s = run()
-        steps.append({"step": s["strategy"], "target": s["target"], "study": s["study"], "evaluations": s["evaluations"],
-                      "resumed_from": s["evaluations"] - s["new_evaluations"], "stopped": s["stopped"],
-                      "best_dev": s["best"]["dev"] if s["best"] else None})
-        _log(ctx, f"{s['strategy']} ({s['target']}): {s['evaluations']} evaluations, best dev "
-                  f"{s['best']['dev'] if s['best'] else '-'} ({s['stopped']})")
+        ("quick", lambda left: search_plans(ctx, "quick", max_evals=RUN_QUICK_EVALS, time_s=left, seed=seed))])
     _log(ctx, "verifying the best plans through the gate")
     verified = apply_best_verified(ctx, dry_run=not apply)
     winner = ctx.workspace.current_plan() if verified.get("applied") else None
@@ -769,4 +760,56 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     outcome["history"] = compare_history(ctx, limit=5)
     outcome["report"] = report(ctx)
     outcome["seconds"] = round(time.monotonic() - started, 2)          # all of it, the verification and report too
+    return outcome
+
+
+def _run_searches(ctx: Context, deadline: float, time_s: float,
+                  runs: list[tuple[str, Callable[[float], dict[str, Any]]]]) -> list[dict[str, Any]]:
+    """The main job's searches in turn, each given the seconds left before ``deadline`` (``time.monotonic``), as its
+    steps; those the time budget (``time_s``) leaves unrun make one ``not run`` step."""
+    mode, steps = ctx.objective.modes[0], []
+    for done, (_, run) in enumerate(runs):
+        left = deadline - time.monotonic()
+        if left <= 0:
+            skipped = [name for name, _ in runs[done:]]
+            steps.append({"step": "not run", "searches": skipped, "reason": f"the time budget ({time_s:g} s) was spent"})
+            _log(ctx, f"not run, the time budget ({time_s:g} s) spent: {', '.join(skipped)}")
+            break
+        s = run(left)
+        best = s["best"][mode] if s["best"] else None
+        steps.append({"step": s["strategy"], "target": s["target"], "study": s["study"], "evaluations": s["evaluations"],
+                      "resumed_from": s["evaluations"] - s["new_evaluations"], "stopped": s["stopped"], f"best_{mode}": best})
+        _log(ctx, f"{s['strategy']} ({s['target']}): {s['evaluations']} evaluations, best {mode} "
+                  f"{best if best is not None else '-'} ({s['stopped']})")
+    return steps
+
+
+def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[str, Any]:
+    """The main job on a problem other than the tensor plan (a measured cache, your kernel's program): the space's
+    default scored (``None`` where it cannot run), ``checkpoint`` from it and ``quick``, then the best configuration
+    of the history (as ``compare_history`` finds it) beside the default, written to results/ as a configuration
+    file (usable as ``--plan``), and the report."""
+    space, mode = ctx.objective.space, ctx.objective.modes[0]
+    default = _plan(ctx, None)[0]
+    value = _measure(ctx, default)[mode]["best_cycles"]
+    outcome: dict[str, Any] = {"baseline": {"plan_hash": space.hash(default), "plan": default, mode: value}}
+    if value is None:
+        outcome["baseline"]["reason"] = ctx.objective.report(default, mode).get("reason")
+    _log(ctx, f"the space's default: {mode} {value if value is not None else 'cannot run'}")
+    outcome["steps"] = [{"step": "run_objective", mode: value}, *_run_searches(ctx, started + time_s, time_s, [
+        ("checkpoint", lambda left: local_neighborhood_search(ctx, max_evals=RUN_LOCAL_EVALS, time_s=left)),
+        ("quick", lambda left: search_plans(ctx, "quick", max_evals=RUN_QUICK_EVALS, time_s=left, seed=seed))])]
+    _log(ctx, "comparing with the history and writing the report")
+    history = compare_history(ctx, limit=5)
+    if (best := history["best_verified"]) is not None:
+        outcome["best"] = {"plan_hash": best["plan_hash"], mode: best[mode], "source": best["source"]}
+        if value is not None:
+            outcome["speedup"] = round(value / best[mode], 3)
+        if ctx.objective.optimum is not None:
+            outcome["of_optimum"] = round(ctx.objective.optimum / best[mode], 4)
+        outcome["changes"] = space.diff(default, best["plan"])
+        outcome["configuration"] = _write_output(ctx, RUN_BEST, best["plan"])
+    outcome["history"] = history
+    outcome["report"] = report(ctx)
+    outcome["seconds"] = round(time.monotonic() - started, 2)
     return outcome

@@ -257,13 +257,42 @@ def test_a_closed_pipe_ends_quietly(workspace):
     assert process.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
 
 
-TENSOR_PLAN_ONLY = {"run", "trace_summary", "validate_plan", "apply_candidate", "apply_best_verified", "rollback",
+TENSOR_PLAN_ONLY = {"trace_summary", "validate_plan", "apply_candidate", "apply_best_verified", "rollback",
                     "export_candidate_fixture", "record_result"}
 COMMAND_ARGS = {"repeated_evaluation": ["--candidate", "best.json", "--repeats", "2"], "candidate_diff": ["--candidate", "best.json"],
                 "benchmark_plan": ["--plan", "best.json", "--repeats", "2"], "run_objective": ["--plan", "best.json"],
                 "search_plans": ["--max-evals", "4"], "local_neighborhood_search": ["--max-evals", "4"],
                 "bounded_exhaustive_search": ["--profile", "all"], "export_candidate_fixture": ["--name", "copy"],
-                "apply_candidate": ["--plan", "best.json"]}
+                "apply_candidate": ["--plan", "best.json"], "run": ["--time-s", "60"]}
+
+
+def test_the_main_job_on_a_cache_tunes_from_the_space_s_default_and_writes_the_best_configuration(tmp_path, capsys, monkeypatch):
+    from conftest import toy_cache
+
+    from tuner.cli import main
+
+    tune_params = {"bx": [16, 32, 64, 128, 256], "tile": [1, 2, 3, 4], "algo": ["naive", "shared"]}
+    records = {(bx, t, a): (abs(bx - 128) / 32 + abs(t - 3) + (a == "naive") + 1.0) for bx in tune_params["bx"]
+               for t in tune_params["tile"] for a in tune_params["algo"] if (bx, t) != (256, 4)}     # one not measured
+    toy_cache(tmp_path, records, tune_params=tune_params)
+    monkeypatch.chdir(tmp_path)
+    problem = ["--workspace", str(tmp_path), "--objective", "cache:toy.json.gz"]
+    assert main([*problem, "--json", "run", "--time-s", "60"]) == 0
+    result = json.loads(capsys.readouterr().out)
+    assert result["baseline"]["plan"] == {"bx": 16, "tile": 1, "algo": "naive"} and result["baseline"]["time"] == 7.5
+    assert result["best"]["time"] == 1.0 and result["speedup"] == 7.5 and result["of_optimum"] == 1.0
+    assert result["changes"] == {"bx": {"from": 16, "to": 128}, "tile": {"from": 1, "to": 3}, "algo": {"from": "naive", "to": "shared"}}
+    assert [s["step"] for s in result["steps"]] == ["run_objective", "checkpoint", "quick"]
+    assert json.loads((tmp_path / "results" / "tuner_run_best.json").read_text()) == {"bx": 128, "tile": 3, "algo": "shared"}
+    assert main([*problem, "--json", "run_objective", "--plan", "results/tuner_run_best.json"]) == 0     # usable as --plan
+    assert json.loads(capsys.readouterr().out)["time_ms"] == 1.0
+    assert main([*problem, "run", "--time-s", "60"]) == 0                           # a rerun resumes both searches
+    out = capsys.readouterr().out
+    assert "best: time 1 ms" in out and "speedup over the default: 7.50x" in out and "  tile: 1 -> 3" in out, out
+    assert out.count("resumed after") == 2 and "written to results/tuner_run_best.json (usable as --plan)" in out, out
+    written = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
+    assert main([*problem, "run", "--apply"]) == 2
+    assert capsys.readouterr().err.count("\n") == 1 and {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == written
 
 
 @pytest.mark.parametrize("objective", ["cache", "program"])
@@ -294,7 +323,9 @@ def test_every_command_works_on_another_problem_or_says_it_is_for_the_tensor_pla
         if command in ("benchmark_plan", "run_objective"):
             assert (result["reports"]["time"] if command == "benchmark_plan" else result)["time_ms"] == 2.0
     assert {p: p.read_bytes() for p in before} == before                  # what was there is untouched
-    assert sorted(p.name for p in tmp_path.iterdir() if p not in before) == ["results", "studies"]
+    assert sorted(p.name for p in tmp_path.iterdir() if p not in before) == [".harnessgym", "results", "studies"]
+    backups = [p.name.split(".")[0] for p in (tmp_path / ".harnessgym" / "backups").iterdir()]
+    assert backups == ["results__report"]                                    # run's report, replaced by report's
     (tmp_path / "deep.json").write_text("[" * 100_000)                       # more than Python's parser holds
     assert main(["--workspace", str(tmp_path), *problem, "run_objective", "--plan", "deep.json"]) == 2
     assert "configuration file 'deep.json' cannot be read as JSON: nested too deeply" in capsys.readouterr().err
