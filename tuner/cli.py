@@ -238,8 +238,20 @@ def _problem_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, defau
                             "is kept in the trial (noisy timings; default 1)")
 
 
+class _Parser(argparse.ArgumentParser):
+    """The top parser. An argument no parser recognizes is refused by the command it follows, with that command's
+    usage (argparse's own refusal names only ``tuner`` and its usage)."""
+
+    def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            commands = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction)).choices
+            commands.get(getattr(parsed, "command", None), self).error(f"unrecognized arguments: {' '.join(extras)}")
+        return parsed
+
+
 def parser() -> argparse.ArgumentParser:
-    top = argparse.ArgumentParser(prog="tuner", description=(
+    top = _Parser(prog="tuner", description=(
         "Tune a kernel: the tensor plan (kernel_plan.json against benchmark.py, best_cycles), a measured cache (cache:PATH) "
         "or your own kernel's program over a T1 space (command:PROGRAM); lower is better. "
         "Exit status: 0 done, 1 refused or failed, 2 bad input, 130 interrupted, 143 terminated (SIGTERM), 129 hung up (SIGHUP)."))

@@ -58,6 +58,7 @@ def test_json_output_of_read_only_commands(workspace):
     (("export_candidate_fixture", "--name", "baseline_row_major"), "replacing it needs overwrite=true (--overwrite on the command line"),
     (("report", "--out", "elsewhere.html"), "an output write may not touch 'elsewhere.html'"),
     (("mcp",), "tuner mcp: error: the following arguments are required: install"),          # not argparse's dest
+    (("search_plans", "--strategi", "quick"), "tuner search_plans: error: unrecognized arguments: --strategi quick"),
     (("--repeats", "3", "search_plans"), "--timeout-s and --repeats apply to a command or command:PROGRAM objective only"),
     (("search_plans", "--repeats", "3"), "--timeout-s and --repeats apply to a command or command:PROGRAM objective only"),
     (("--timeout-s", "5", "run_objective"), "(objective 'builtin' runs no program, and its values do not vary)"),
