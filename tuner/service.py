@@ -786,7 +786,7 @@ def _run_searches(ctx: Context, deadline: float, time_s: float,
 
 def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[str, Any]:
     """The main job on a problem other than the tensor plan (a measured cache, your kernel's program): the space's
-    default scored (``None`` where it cannot run), ``checkpoint`` from it and ``quick``, then the best configuration
+    default scored (``None`` where it cannot run), ``checkpoint`` from it (within half the time) and ``quick``, then the best configuration
     of the history (as ``compare_history`` finds it) beside the default, written to results/ as a configuration
     file (usable as ``--plan``), and the report."""
     space, mode = ctx.objective.space, ctx.objective.modes[0]
@@ -797,7 +797,7 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
         outcome["baseline"]["reason"] = ctx.objective.report(default, mode).get("reason")
     _log(ctx, f"the space's default: {mode} {value if value is not None else 'cannot run'}")
     outcome["steps"] = [{"step": "run_objective", mode: value}, *_run_searches(ctx, started + time_s, time_s, [
-        ("checkpoint", lambda left: local_neighborhood_search(ctx, max_evals=RUN_LOCAL_EVALS, time_s=left)),
+        ("checkpoint", lambda left: local_neighborhood_search(ctx, max_evals=RUN_LOCAL_EVALS, time_s=left / 2)),   # half: quick too
         ("quick", lambda left: search_plans(ctx, "quick", max_evals=RUN_QUICK_EVALS, time_s=left, seed=seed))])]
     _log(ctx, "comparing with the history and writing the report")
     history = compare_history(ctx, limit=5)
