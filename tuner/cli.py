@@ -312,7 +312,7 @@ def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
         lines = [f"baseline: dev {base['dev']:,} cycles, final {base['final']:,} cycles (plan {base['plan_hash']})"]
     else:
         lines = [f"the space's default: {mode} {value(base[mode])} (configuration {base['plan_hash']})" if base[mode] is not None
-                 else f"the space's default cannot run: {base['reason']} (configuration {base['plan_hash']})"]
+                 else f"the space's default cannot run: {service.brief(base['reason'])} (configuration {base['plan_hash']})"]
     for step in result["steps"]:
         if step["step"] == "not run":
             lines.append(f"  not run, {step['reason']}: {', '.join(step['searches'])} (a larger --time-s runs them; "

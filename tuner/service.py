@@ -153,6 +153,12 @@ class Context:
                                f"not on {self.objective_kind}")
 
 
+def brief(reason: str | None) -> str:
+    """A failure's reason on one line: its first and last lines, where a program's stderr makes it several."""
+    lines = [line.strip() for line in (reason or "no reason given").splitlines() if line.strip()] or ["no reason given"]
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
+
+
 def _log(ctx: Context, line: str) -> None:
     if ctx.log is not None:
         ctx.log(line)
@@ -795,7 +801,8 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
     outcome: dict[str, Any] = {"baseline": {"plan_hash": space.hash(default), "plan": default, mode: value}}
     if value is None:
         outcome["baseline"]["reason"] = ctx.objective.report(default, mode).get("reason")
-    _log(ctx, f"the space's default: {mode} {value if value is not None else 'cannot run'}")
+    _log(ctx, f"the space's default: {mode} {value}" if value is not None else
+              f"the space's default cannot run: {brief(outcome['baseline']['reason'])}")
     outcome["steps"] = [{"step": "run_objective", mode: value}, *_run_searches(ctx, started + time_s, time_s, [
         ("checkpoint", lambda left: local_neighborhood_search(ctx, max_evals=RUN_LOCAL_EVALS, time_s=left / 2)),   # half: quick too
         ("quick", lambda left: search_plans(ctx, "quick", max_evals=RUN_QUICK_EVALS, time_s=left, seed=seed))])]

@@ -296,6 +296,22 @@ def test_the_main_job_on_a_cache_tunes_from_the_space_s_default_and_writes_the_b
     assert capsys.readouterr().err.count("\n") == 1 and {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == written
 
 
+def test_the_main_job_on_a_program_that_cannot_run_says_why_on_one_line(tmp_path, capsys, monkeypatch):
+    from conftest import toy_cache
+
+    from tuner.cli import main
+
+    toy_cache(tmp_path, {(32, 1): 1.0})
+    (tmp_path / "bench.py").write_text("import json, sys\nimport nonexistent_module\n")
+    monkeypatch.chdir(tmp_path)
+    assert main(["--workspace", str(tmp_path), "--objective", "command:bench.py", "--space", "toy.json.gz", "run", "--time-s", "3"]) == 0
+    out, err = capsys.readouterr()
+    why = ("the space's default cannot run: bench.py exited 1: Traceback (most recent call last): ... "
+           "ModuleNotFoundError: No module named 'nonexistent_module'")
+    assert err.splitlines()[0] == why and out.splitlines()[0].startswith(f"{why} (configuration "), (out, err)
+    assert "no configuration ran: every one scored failed" in out and not (tmp_path / "results" / "tuner_run_best.json").exists()
+
+
 @pytest.mark.parametrize("objective", ["cache", "program"])
 def test_every_command_works_on_another_problem_or_says_it_is_for_the_tensor_plan(tmp_path, objective, capsys, monkeypatch):
     """On a measured cache and on a program of one's own, each subcommand either runs (exit 0: its JSON names the
