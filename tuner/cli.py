@@ -352,7 +352,8 @@ def _render_tensor_winner(result: dict[str, Any], ctx: service.Context) -> list[
 
 def _render_best(result: dict[str, Any], mode: str, value: Callable[[float | None], str]) -> list[str]:
     if "best" not in result:
-        return ["no configuration ran: every one scored failed (see failure_reasons: python -m tuner --json search_plans)"]
+        return ["no configuration ran: every one scored failed (failure_reasons in a search's result say why; a failure the "
+                "history holds is not measured again, cached_failed counts them: a new --history measures afresh)"]
     best = result["best"]
     lines = [f"best: {mode} {value(best[mode])} (configuration {best['plan_hash']}, from {best['source']})"]
     if "speedup" in result:

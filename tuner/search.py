@@ -98,6 +98,7 @@ class Outcome:
     top: list[Candidate] = field(default_factory=list)
     failed: int = 0                                             # new evaluations without a value
     failure_reasons: dict[str, int] = field(default_factory=dict)   # their most common reasons, with counts
+    cached_failed: int = 0                                      # cache hits without a value: found failed before, not measured again
 
     @property
     def best(self) -> Candidate | None:
@@ -128,7 +129,7 @@ class Search:
         self.elsewhere: set[str] = set()                    # plans of the last batch that other workers are scoring
         self.trials_written = 0
         self._thinned = 0                                   # evaluations of this run kept as members only, not as trials
-        self.cached_hits = 0
+        self.cached_hits = self.cached_failed = 0
         self.failures: Counter[str] = Counter()             # reasons of this worker's new evaluations that have no value
         self.started = time.monotonic()
         self.seen: dict[str, float] = {}
@@ -293,6 +294,7 @@ class Search:
         value = cycles if (cycles is not None and correct) else np.inf
         self.seen[h] = value
         self.cached_hits += cached
+        self.cached_failed += cached and not np.isfinite(value)
         record_attrs = {"correct": correct, "max_abs": max_abs, "cached": cached, **(attrs or {})}
         if cycles is not None and not correct:
             record_attrs["cycles"] = cycles
@@ -336,7 +338,7 @@ class Search:
         self.close()
         return Outcome(self.name, self.spec.strategy, self.evaluations, self.scored, self.trials_written, self.cached_hits,
                        round(time.monotonic() - self.started, 3), stopped, top, self.failures.total(),
-                       dict(self.failures.most_common(REASONS_SHOWN)))
+                       dict(self.failures.most_common(REASONS_SHOWN)), self.cached_failed)
 
     def _drain(self) -> bool:
         """Until no plan of the study is claimed and unscored: redo the plans of dead workers, wait for live

@@ -366,7 +366,8 @@ def _outcome(ctx: Context, outcome: Outcome, spec: Spec) -> dict[str, Any]:
     result = {"study": outcome.study_name, "strategy": outcome.strategy, "target": spec.target, "mode": spec.mode,
               "evaluations": outcome.evaluations, "new_evaluations": outcome.new_evaluations, "trials": outcome.trials,
               "cached": outcome.cached, "seconds": outcome.seconds, "stopped": outcome.stopped,
-              "failed": outcome.failed, "failure_reasons": outcome.failure_reasons, "best": best.as_dict(space, modes) if best else None}
+              "failed": outcome.failed, "failure_reasons": outcome.failure_reasons, "cached_failed": outcome.cached_failed,
+              "best": best.as_dict(space, modes) if best else None}
     if optimum is not None:                                          # the objective's best is known (a replayed cache)
         result |= {"optimum": number(optimum), "of_optimum": round(optimum / best.value, 4) if best else 0.0}   # 1.0: found
     result["top"] = [c.as_dict(space, modes) for c in outcome.top[:5]]

@@ -88,6 +88,7 @@ def combine(results: list[dict[str, Any] | None], codes: list[int], mode: str) -
             "evaluations": max((r["evaluations"] for r in done), default=0),
             "new_evaluations": sum(r["new_evaluations"] for r in done),
             "failed": sum(r["failed"] for r in done), "failure_reasons": dict(reasons.most_common(REASONS_SHOWN)),
+            "cached_failed": sum(r["cached_failed"] for r in done),
             "per_worker": [{"slot": slot, "exit": code, "new_evaluations": r["new_evaluations"] if r else None,
                             "stopped": r["stopped"] if r else None} for slot, (r, code) in enumerate(zip(results, codes, strict=True))],
             "best": ranked[0] if ranked else None, "top": ranked[:5]}

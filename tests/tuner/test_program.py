@@ -200,7 +200,12 @@ def test_a_program_that_cannot_start_says_why_in_the_searchs_result(kernel, firs
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
     assert result["best"] is None and result["failed"] == result["new_evaluations"] == 5
-    assert result["failure_reasons"] == {f"bench.sh {reason}"[:100]: 5}
+    assert result["failure_reasons"] == {f"bench.sh {reason}"[:100]: 5} and result["cached_failed"] == 0
+    common = ("--objective", "command:bench.sh", "--space", "space.t1.json", "--json")
+    assert _tuner(kernel, *common, "search_plans", "--max-evals", "100").returncode == 0           # the whole space, resumed
+    again = json.loads(_tuner(kernel, *common, "search_plans", "--seed", "1", "--max-evals", "5").stdout)     # all in the history
+    assert again["best"] is None and again["new_evaluations"] == again["failed"] == 0 and again["failure_reasons"] == {}
+    assert again["cached_failed"] == again["cached"] > 0                   # why it has no best: failures the history holds
 
 
 def test_a_kernel_tuner_cache_gives_the_program_its_space(kernel):

@@ -113,12 +113,12 @@ def test_worker_environments_and_combined_results():
             slot_environments(2, [bad])
     top = [{"plan_hash": "b", "dev": 5, "correct": True}, {"plan_hash": "a", "dev": 7, "correct": True}]
     result = combine([{"study": "s", "strategy": "quick", "evaluations": 9, "new_evaluations": 4, "stopped": "x", "top": top,
-                       "failed": 2, "failure_reasons": {"infeasible": 2}},
+                       "failed": 2, "failure_reasons": {"infeasible": 2}, "cached_failed": 1},
                       {"study": "s", "strategy": "quick", "evaluations": 10, "new_evaluations": 6, "stopped": "x",
                        "top": [{"plan_hash": "c", "dev": 3, "correct": False}, top[1]],
-                       "failed": 5, "failure_reasons": {"a": 1, "b": 1, "infeasible": 3}}, None], [0, 0, 1], "dev")
+                       "failed": 5, "failure_reasons": {"a": 1, "b": 1, "infeasible": 3}, "cached_failed": 2}, None], [0, 0, 1], "dev")
     assert result["evaluations"] == 10 and result["new_evaluations"] == 10
-    assert result["failed"] == 7 and result["failure_reasons"] == {"infeasible": 5, "a": 1, "b": 1}
+    assert result["failed"] == 7 and result["failure_reasons"] == {"infeasible": 5, "a": 1, "b": 1} and result["cached_failed"] == 3
     assert [e["plan_hash"] for e in result["top"]] == ["b", "a", "c"] and result["per_worker"][2] == {
         "slot": 2, "exit": 1, "new_evaluations": None, "stopped": None}
 
