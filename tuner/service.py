@@ -810,7 +810,8 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
     _log(ctx, "comparing with the history and writing the report")
     history = compare_history(ctx, limit=5)
     if (best := history["best_verified"]) is not None:
-        outcome["best"] = {"plan_hash": best["plan_hash"], mode: best[mode], "source": best["source"]}
+        source = "the space's default" if best["source"] == "current" else best["source"]
+        outcome["best"] = {"plan_hash": best["plan_hash"], mode: best[mode], "source": source}
         if value is not None:
             outcome["speedup"] = round(value / best[mode], 3)
         if ctx.objective.optimum is not None:

@@ -294,6 +294,11 @@ def test_the_main_job_on_a_cache_tunes_from_the_space_s_default_and_writes_the_b
     written = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert main([*problem, "run", "--apply"]) == 2
     assert capsys.readouterr().err.count("\n") == 1 and {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == written
+    toy_cache(tmp_path, {(32,): 1.0}, name="one.json.gz", tune_params={"bx": [32]})    # the default is all there is
+    assert main(["--workspace", str(tmp_path), "--objective", "cache:one.json.gz", "run"]) == 0
+    out = capsys.readouterr().out
+    assert "  checkpoint (plan:" in out and ": 1 evaluation, best time 1 ms, stopped: converged" in out, out
+    assert "from the space's default)" in out and "the default is the best configuration found" in out, out
 
 
 def test_the_main_job_on_a_program_that_cannot_run_says_why_on_one_line(tmp_path, capsys, monkeypatch):
