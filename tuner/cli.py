@@ -344,11 +344,14 @@ def _render_tensor_winner(result: dict[str, Any], ctx: service.Context) -> list[
     lines.append("winner's final trace: " + ", ".join(f"{k} {v['share']:.0%}" for k, v in comps.items() if v["share"] >= 0.01))
     applied = "applied" in result
     lines.append("applied to kernel_plan.json:" if applied else "would apply (use --apply):")
-    changes = result["applied" if applied else "would_apply"]
-    lines += [f"  {knob}: {change['from']} -> {change['to']}" for knob, change in changes.items()]
+    lines += _changes(result["applied" if applied else "would_apply"])
     if applied:
         lines.append(f"undo with: python -m tuner --workspace {ctx.workspace.root} rollback")
     return lines
+
+
+def _changes(diff: dict[str, dict[str, Any]]) -> list[str]:
+    return [f"  {knob}: {change['from']} -> {change['to']}" for knob, change in diff.items()]
 
 
 def _render_best(result: dict[str, Any], mode: str, value: Callable[[float | None], str]) -> list[str]:
@@ -362,7 +365,7 @@ def _render_best(result: dict[str, Any], mode: str, value: Callable[[float | Non
     if "of_optimum" in result:
         lines.append(f"of the cache's optimum: {result['of_optimum']:.3f} (1.0: the best time it holds)")
     lines.append("changes from the default:" if result["changes"] else "the default is the best configuration found")
-    lines += [f"  {knob}: {change['from']} -> {change['to']}" for knob, change in result["changes"].items()]
+    lines += _changes(result["changes"])
     lines.append(f"written to {result['configuration']['path']} (usable as --plan)")
     return lines
 
