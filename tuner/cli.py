@@ -243,10 +243,13 @@ class _Parser(argparse.ArgumentParser):
     usage (argparse's own refusal names only ``tuner`` and its usage)."""
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
+        args = sys.argv[1:] if args is None else list(args)
         parsed, extras = self.parse_known_args(args, namespace)
         if extras:
             commands = next(a for a in self._actions if isinstance(a, argparse._SubParsersAction)).choices
-            commands.get(getattr(parsed, "command", None), self).error(f"unrecognized arguments: {' '.join(extras)}")
+            command = getattr(parsed, "command", None)
+            after = command in args and extras[0] in args[args.index(command) + 1:]      # not before the command
+            (commands[command] if after else self).error(f"unrecognized arguments: {' '.join(extras)}")
         return parsed
 
 

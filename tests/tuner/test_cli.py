@@ -59,6 +59,7 @@ def test_json_output_of_read_only_commands(workspace):
     (("report", "--out", "elsewhere.html"), "an output write may not touch 'elsewhere.html'"),
     (("mcp",), "tuner mcp: error: the following arguments are required: install"),          # not argparse's dest
     (("search_plans", "--strategi", "quick"), "tuner search_plans: error: unrecognized arguments: --strategi quick"),
+    (("--bogus", "search_plans"), "tuner: error: unrecognized arguments: --bogus"),                 # before any command
     (("--repeats", "3", "search_plans"), "--timeout-s and --repeats apply to a command or command:PROGRAM objective only"),
     (("search_plans", "--repeats", "3"), "--timeout-s and --repeats apply to a command or command:PROGRAM objective only"),
     (("--timeout-s", "5", "run_objective"), "(objective 'builtin' runs no program, and its values do not vary)"),
