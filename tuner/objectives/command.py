@@ -60,8 +60,14 @@ def program_time(program: str, stdout: str, stderr: str) -> float:
     if not math.isfinite(value) or value <= 0:
         last = lines[-1][:100] if lines else ""
         raise ObjectiveError(f"{program} printed {last!r} as its last line, not a time (a positive number or "
-                             f"{{\"time\": T}}); stderr: {stderr.strip()[-300:]}")
+                             f"{{\"time\": T}}){_tail(stderr, '; stderr: ', 300)}")
     return value
+
+
+def _tail(stderr: str, lead: str, limit: int) -> str:
+    """The last ``limit`` characters of a run's stderr after ``lead``, to end a reason; empty when it printed nothing."""
+    tail = stderr.strip()[-limit:]
+    return f"{lead}{tail}" if tail else ""
 
 
 def _why_not_started(program: Path, exc: OSError) -> str:
@@ -165,7 +171,7 @@ class _Benchmark:
         if process.returncode != 0:
             ended = (f"was killed by {signal.Signals(-process.returncode).name}" if -process.returncode in signal.valid_signals()
                      else f"exited {process.returncode}")
-            raise ObjectiveError(f"{what} {ended}: {stderr.strip()[-500:]}")
+            raise ObjectiveError(f"{what} {ended}{_tail(stderr, ': ', 500)}")
         return stdout, stderr
 
     def _once(self, row: np.ndarray, mode: str) -> tuple[float, bool, float]:
@@ -237,7 +243,7 @@ class CommandObjective(_Benchmark):
         except ValueError:
             report = None
         if not isinstance(report, dict):
-            raise ObjectiveError(f"{what} printed no JSON object: {stdout[:200]!r}; stderr: {stderr.strip()[-300:]}")
+            raise ObjectiveError(f"{what} printed no JSON object: {stdout[:200]!r}{_tail(stderr, '; stderr: ', 300)}")
         return report
 
     def report(self, plan: dict[str, Any], mode: str) -> dict[str, Any]:
