@@ -48,6 +48,8 @@ def _stopped(command: str, exc: KeyboardInterrupt, where: str) -> int:
     """The one line an interrupted command prints, and its exit status (128 + the signal)."""
     signum, how = ((exc.signum, f"terminated by {signal.Signals(exc.signum).name}") if isinstance(exc, Terminated)
                    else (signal.SIGINT, "interrupted"))
+    if workers.ORPHANED.is_set():
+        how = "stopped: the command that started this worker (--workers) is gone"
     with contextlib.suppress(OSError):              # after SIGHUP the terminal may be gone
         print(f"\ntuner {command}: {how}; {where}: run the same command again to resume", file=sys.stderr)
     return 128 + signum
@@ -417,6 +419,7 @@ def _command(argv: list[str] | None) -> int:
     kwargs = {k: v for k, v in vars(args).items() if k not in GLOBAL_OPTIONS}
     ctx = None
     try:
+        workers.stop_with_coordinator()
         ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command,
                                      log=lambda line: print(line, file=sys.stderr, flush=True), timeout_s=args.timeout_s,
                                      objective_repeats=args.objective_repeats)

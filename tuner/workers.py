@@ -11,14 +11,18 @@ from __future__ import annotations
 import json
 import os
 import re
+import signal
 import subprocess
 import sys
+import threading
 from collections import Counter
 from typing import Any
 
 from tuner.search import REASONS_SHOWN
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
+COORDINATED = "TUNER_WORKER_STDIN_IS_COORDINATOR"     # set for the workers ``run`` starts: their stdin is its pipe
+ORPHANED = threading.Event()                          # set in a worker whose coordinator is gone
 
 
 class WorkersError(ValueError):
@@ -53,17 +57,23 @@ def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple
     failing exit status (else 0)."""
     environments = slot_environments(count, assignments)
     command = [sys.executable, "-m", "tuner", *argv, "--workers", "1", "--json"]
-    processes = [subprocess.Popen(command, stdout=subprocess.PIPE, env=env, text=True) for env in environments]
+    processes = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**env, COORDINATED: "1"}, text=True)
+                 for env in environments]          # stdin: a pipe this process never writes to, closed when it ends (stop_with_coordinator)
     outputs = []
     try:
         for process in processes:
-            outputs.append(process.communicate()[0])
+            outputs.append(process.stdout.read())
+            process.wait()
     except KeyboardInterrupt as exc:
         for process in processes:
             if isinstance(exc, Terminated) and process.poll() is None:
                 process.send_signal(exc.signum)
             process.wait()
         raise
+    finally:
+        for process in processes:
+            process.stdin.close()
+            process.stdout.close()
     codes = [p.returncode for p in processes]
     results = []
     for out in outputs:
@@ -72,6 +82,20 @@ def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple
         except json.JSONDecodeError:
             results.append(None)
     return combine(results, codes, mode), next((code for code in codes if code), 0)
+
+
+def stop_with_coordinator() -> None:
+    """In a worker that :func:`run` started: stop as on SIGTERM (saving the progress) once the process that started it
+    is gone, even killed by SIGKILL, when its end of this worker's stdin closes; so that no worker measures on for nobody."""
+    if os.environ.pop(COORDINATED, None) is not None:
+        threading.Thread(target=_terminate_at_end_of, args=(sys.stdin.fileno(),), daemon=True).start()
+
+
+def _terminate_at_end_of(pipe: int) -> None:
+    while os.read(pipe, 4096):                     # the coordinator writes nothing: this ends once it is gone (the raw
+        pass                                       # descriptor: a buffered read would hold a lock the exit needs)
+    ORPHANED.set()
+    os.kill(os.getpid(), signal.SIGTERM)
 
 
 def combine(results: list[dict[str, Any] | None], codes: list[int], mode: str) -> dict[str, Any]:

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
+import select
 import signal
 import sqlite3
 import subprocess
@@ -312,6 +314,55 @@ def test_sigterm_or_sighup_stops_a_search_as_ctrl_c_does_and_leaves_no_measuring
     assert f"terminated by {stop.name}" in err.splitlines()[-1] and "resume" in err.splitlines()[-1]
     runs = {int(run.name[4:]): run.read_text().split(" ", 1) for run in tmp_path.glob("run-*")}
     assert len(runs) == workers
+    for program, (child, copy) in runs.items():
+        assert not running(program) and not running(int(child)) and not Path(copy).exists()
+    with sqlite3.connect(kernel / "studies" / "history.db") as connection:
+        assert connection.execute("select state from tuner_sweeps").fetchall() == [("cancelled",)]
+
+
+def _children(pid: int) -> list[int]:
+    """The processes whose parent is ``pid``."""
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        with contextlib.suppress(OSError):                            # a process that ended meanwhile
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+    return found
+
+
+def _ended(pid: int, limit_s: float = 120.0) -> bool:
+    """Wait until process ``pid`` (not a child of this one) has ended, at most ``limit_s``; whether it has."""
+    try:
+        descriptor = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([descriptor], [], [], limit_s)[0])      # readable once the process has ended
+    finally:
+        os.close(descriptor)
+
+
+def test_workers_stop_and_save_when_the_command_that_started_them_is_killed(kernel, tmp_path):
+    """SIGKILL (`kill -9`, the out-of-memory killer) gives the tuner no chance to pass anything on to its workers. Each
+    sees its stdin pipe from the tuner close and stops as on SIGTERM: its program is killed with its children, the
+    private copy removed, the study saved as cancelled, and it says why."""
+    (kernel / "bench.py").write_text(STUCK.format(log=str(tmp_path)))
+    process = subprocess.Popen([sys.executable, "-m", "tuner", "--objective", "command:bench.py", "--space", "space.t1.json",
+                                "--timeout-s", "3600", "search_plans", "--max-evals", "100", "--workers", "2"],
+                               cwd=kernel, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    until(lambda: len(list(tmp_path.glob("run-*"))) >= 2, process)
+    workers = _children(process.pid)
+    process.kill()
+    process.wait()
+    try:
+        assert len(workers) == 2 and all(_ended(pid) for pid in workers)
+    finally:
+        for pid in workers:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    err = process.stderr.read()                                        # the workers' stderr: the tuner's, inherited
+    assert "Traceback" not in err and err.count("the command that started this worker (--workers) is gone") == 2, err
+    runs = {int(run.name[4:]): run.read_text().split(" ", 1) for run in tmp_path.glob("run-*")}
     for program, (child, copy) in runs.items():
         assert not running(program) and not running(int(child)) and not Path(copy).exists()
     with sqlite3.connect(kernel / "studies" / "history.db") as connection:
