@@ -8,6 +8,7 @@ mode) are left out. Values are the objective's (cycles or ms): lower is better.
 
 from __future__ import annotations
 
+import math
 from html import escape
 from typing import Any
 
@@ -163,7 +164,9 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
         fig.update_xaxes(**log_ticks(xs))
         fig.update_yaxes(**log_ticks(ys))
         figures.append((f"{first} against {last} of evaluated plans", fig))
-    for knob, marginal in info.get("marginals", {}).items():
+    importance = info.get("importance") or {}
+    for knob in sorted(info.get("marginals", {}), key=lambda k: -importance.get(k, -math.inf)):   # the most important first
+        marginal = info["marginals"][knob]
         fig = go.Figure([go.Scatter(x=marginal["values"], y=marginal["best"], mode="lines+markers", name="best"),
                          go.Scatter(x=marginal["values"], y=marginal["median"], mode="lines+markers", name="median")])
         fig.update_layout(xaxis_title=knob, xaxis_type="category", yaxis_title=unit, height=320)

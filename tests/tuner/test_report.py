@@ -52,6 +52,14 @@ def test_figure_data_is_built_without_plotly(searched):
     ctx.close()
 
 
+def test_the_marginals_come_in_order_of_importance():
+    """A space of dozens of knobs has as many marginals: the knobs that matter come first, the rest in the space's order."""
+    marginal = {"values": ["1", "2"], "best": [1.0, 2.0], "median": [1.5, 2.5]}
+    info = {"importance": {"c": 0.6, "a": 0.4}, "marginals": {name: marginal for name in "abcd"}}
+    headings = [heading for heading, _ in report.figures(info, "ms") if heading.startswith("Marginal")]
+    assert headings == ["Marginal: c", "Marginal: a", "Marginal: b", "Marginal: d"]
+
+
 def test_report_of_a_cache_leaves_out_what_does_not_apply(tmp_path):
     records = {(bx, tile): 1.0 + bx / 64 + tile for bx in (32, 64, 128) for tile in (1, 2)}
     records[(128, 2)] = "InvalidConfig"
