@@ -235,9 +235,8 @@ class _Interpreter:
         return self.run(node.body) if test else self.run(node.orelse)
 
     def _Call(self, node: ast.Call) -> Any:
-        if not isinstance(node.func, ast.Name) or node.func.id not in _FUNCTIONS or node.keywords:
-            called = node.func.id if isinstance(node.func, ast.Name) else type(node.func).__name__
-            raise self.refuse(node, f"call of {called!r} is not allowed (allowed: {', '.join(_FUNCTIONS)})")
+        if (why := _refused_call(node)) is not None:
+            raise self.refuse(node, why)
         args = [self.run(a) for a in node.args]
         try:
             value = _FUNCTIONS[node.func.id](*args)
@@ -301,9 +300,24 @@ def evaluate(text: str, names: Mapping[str, Any] | None = None) -> Any:
         raise ExpressionError(f"expression {_quote(text)} fails: {exc}") from None
 
 
+def _refused_call(node: ast.Call) -> str | None:
+    """Why the evaluator refuses a call (``None``: a call of one of its functions, without keywords)."""
+    allowed = isinstance(node.func, ast.Name) and node.func.id in _FUNCTIONS
+    if allowed and not node.keywords:
+        return None
+    called = ast.unparse(node.func)[:60]
+    if allowed:
+        return f"call of {called!r} with a keyword argument is not allowed"
+    return f"call of {called!r} is not allowed (allowed: {', '.join(_FUNCTIONS)})"
+
+
 def names_in(text: str) -> set[str]:
-    """Free names ``text`` reads (comprehension variables excluded)."""
+    """Free names ``text`` reads (comprehension variables excluded); :class:`ExpressionError` for a call the evaluator
+    refuses, so that ``abs(x)`` is named as a call, not taken for a knob called ``abs``."""
     tree = parse(text)
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and (why := _refused_call(node)) is not None:
+            raise ExpressionError(f"expression {_quote(text)}: {why}")
     bound = {g.target.id for n in ast.walk(tree) if isinstance(n, ast.ListComp) for g in n.generators
              if isinstance(g.target, ast.Name)}
     return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - bound - set(_FUNCTIONS) - {"True", "False", "None"}

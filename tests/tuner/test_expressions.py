@@ -66,7 +66,7 @@ def test_on_arrays_an_operand_is_evaluated_only_where_python_would(text, meaning
     ("__import__('os').system('x')", "__import__"),
     ("(1).__class__", "Attribute"),
     ("open('f')", "call of 'open'"),
-    ("[].append(1)", "call of 'Attribute'"),
+    ("[].append(1)", "call of '[].append'"),
     ("lambda: 1", "Lambda"),
     ("x[0]", "Subscript"),
     ("(y := 3)", "NamedExpr"),

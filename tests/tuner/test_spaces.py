@@ -137,6 +137,10 @@ def test_the_kernel_plan_catalogue_is_a_t1_file():
     ([{"Name": "x", "Values": [1, 2]}], ["y > 1"], "unknown knobs ['y']"),
     ([{"Name": "x", "Values": [1, 2]}], ["x > 1", "y > 1"], "T1 file: condition 'y > 1' names unknown knobs ['y']"),
     ([{"Name": "x", "Values": [1, 2]}], ["(x).__class__"], "Attribute is not allowed"),
+    ([{"Name": "x", "Values": [1, 2]}], ["abs(x - 2) < 1"], "T1 file: expression 'abs(x - 2) < 1': call of 'abs' is not allowed "
+                                                         "(allowed: range, list, len, min, max)"),   # not a knob called abs
+    ([{"Name": "x", "Values": [1, 2]}], ["x.bit_length() > 1"], "call of 'x.bit_length' is not allowed"),
+    ([{"Name": "x", "Values": [1, 2]}], ["max(x, key=x) > 1"], "call of 'max' with a keyword argument is not allowed"),
     ([{"Name": "x", "Values": [1, 2]}], ["[x] * 100000 * 100000 == []"], "builds or steps through more than 100000 items"),
     ([{"Name": "x", "Values": [1, 2]}, {"Name": "s", "Values": ["a", "b"]}], ["x < s if s == 'b' else True"],   # fails for s = 'b' only
      "'<' not supported between instances of 'int' and 'str'"),
