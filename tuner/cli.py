@@ -307,10 +307,10 @@ def readable(value: Any, indent: int = 0) -> list[str]:
 
 def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
     """The main job's summary: the baseline, each search, the winner and what changes, where the history and report are."""
-    mode, unit = ctx.objective.modes[0], "cycles" if ctx.is_plan else "ms"
+    mode = ctx.objective.modes[0]
 
     def value(v: float | None) -> str:
-        return f"{_scalar(v)} {unit}" if v is not None else "cannot run"
+        return ctx.shown(v) if v is not None else "cannot run"
 
     base = result["baseline"]
     if ctx.is_plan:

@@ -147,6 +147,17 @@ class Context:
         """Whether the problem is the tensor plan (a workspace with kernel_plan.json, fixtures, trace)."""
         return self.objective.space is PLAN_SPACE
 
+    @property
+    def unit(self) -> str:
+        """What the objective's values count: the tensor plan's cycles, or a measured time's ms (lower is better)."""
+        return "cycles" if self.is_plan else "ms"
+
+    def shown(self, value: float | None) -> str:
+        """A value as the summaries show it: ``178,866 cycles``, ``68.1166 ms`` (six significant digits); ``-`` for none."""
+        if value is None:
+            return "-"
+        return f"{value:,} {self.unit}" if isinstance(value, int) else f"{value:,.6g} {self.unit}"
+
     def tensor_plan_only(self, tool: str) -> None:
         if not self.is_plan:
             raise ServiceError(f"{tool} works on the tensor-plan problem only (objective builtin or command), "
@@ -674,9 +685,8 @@ def report(ctx: Context, out: str = f"{OUTPUT_DIR}/report.html") -> dict[str, An
     if not isinstance(out, str) or not out.endswith(".html"):
         raise ServiceError(f"out must name an .html file under {OUTPUT_DIR}/, got {quoted(out)}")
     info = report_info(ctx)
-    unit = "cycles" if ctx.is_plan else "ms"
     title = f"Tuning report: {ctx.objective.label} ({ctx.objective.name})"
-    backup = ctx.workspace.write("output", out, page(title, info, unit, ctx.objective.optimum))
+    backup = ctx.workspace.write("output", out, page(title, info, ctx.unit, ctx.objective.optimum))
     return {"path": str(PurePosixPath(ctx.workspace.path(out).relative_to(ctx.workspace.root))), "backup": backup,
             "sections": [k for k, v in info.items() if v]}
 
@@ -738,7 +748,7 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     # having nothing new to explore, proposes the same winner; the history's seeds compete at the gate
     best_fixture = min((r for r in _fixture_rows(ctx) if r["correct"]), key=_rank_key(ctx), default=None)
     start = best_fixture["plan"] if best_fixture else baseline
-    _log(ctx, f"baseline: dev {base['dev']['best_cycles']} cycles; {len(seeds)} seed(s), {len(resumed['searches'])} earlier search(es)")
+    _log(ctx, f"baseline: dev {ctx.shown(base['dev']['best_cycles'])}; {len(seeds)} seed(s), {len(resumed['searches'])} earlier search(es)")
     steps += _run_searches(ctx, started + float(time_s), float(time_s), [
         ("checkpoint", lambda left: local_neighborhood_search(ctx, plan=start, include_final=True, max_evals=RUN_LOCAL_EVALS,
                                                               time_s=left)),
@@ -786,8 +796,7 @@ def _run_searches(ctx: Context, deadline: float, time_s: float,
         best = s["best"][mode] if s["best"] else None
         steps.append({"step": s["strategy"], "target": s["target"], "study": s["study"], "evaluations": s["evaluations"],
                       "resumed_from": s["evaluations"] - s["new_evaluations"], "stopped": s["stopped"], f"best_{mode}": best})
-        _log(ctx, f"{s['strategy']} ({s['target']}): {s['evaluations']} evaluations, best {mode} "
-                  f"{best if best is not None else '-'} ({s['stopped']})")
+        _log(ctx, f"{s['strategy']} ({s['target']}): {s['evaluations']:,} evaluations, best {mode} {ctx.shown(best)} ({s['stopped']})")
     return steps
 
 
@@ -802,7 +811,7 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
     outcome: dict[str, Any] = {"baseline": {"plan_hash": space.hash(default), "plan": default, mode: value}}
     if value is None:
         outcome["baseline"]["reason"] = ctx.objective.report(default, mode).get("reason")
-    _log(ctx, f"the space's default: {mode} {value}" if value is not None else
+    _log(ctx, f"the space's default: {mode} {ctx.shown(value)}" if value is not None else
               f"the space's default cannot run: {brief(outcome['baseline']['reason'])}")
     outcome["steps"] = [{"step": "run_objective", mode: value}, *_run_searches(ctx, started + time_s, time_s, [
         ("checkpoint", lambda left: local_neighborhood_search(ctx, max_evals=RUN_LOCAL_EVALS, time_s=left / 2)),   # half: quick too

@@ -141,6 +141,7 @@ def test_main_job_improves_the_baseline_at_least_five_times_and_a_rerun_proposes
     out = tuner(workspace, "run", "--apply", "--time-s", "120", timeout=600)        # the rerun resumes the same searches
     assert out.returncode == 0, out.stderr
     assert "speedup" in out.stdout and "applied to kernel_plan.json" in out.stdout and f"(plan {proposed}," in out.stdout
+    assert out.stderr.startswith("baseline: dev 2,324,424 cycles; ") and ", best dev 178,866 cycles (" in out.stderr, out.stderr
     after = json.loads(tuner(workspace, "--json", "benchmark_plan").stdout)
     assert after["plan_hash"] == proposed
     fixture = json.loads((workspace / "fixtures" / "baseline_row_major.json").read_text())["metrics"]
@@ -289,7 +290,8 @@ def test_the_main_job_on_a_cache_tunes_from_the_space_s_default_and_writes_the_b
     assert main([*problem, "--json", "run_objective", "--plan", "results/tuner_run_best.json"]) == 0     # usable as --plan
     assert json.loads(capsys.readouterr().out)["time_ms"] == 1.0
     assert main([*problem, "run", "--time-s", "60"]) == 0                           # a rerun resumes both searches
-    out = capsys.readouterr().out
+    out, log = capsys.readouterr()
+    assert log.startswith("the space's default: time 7.5 ms\n") and "evaluations, best time 1 ms (" in log, log   # as the summary
     assert "best: time 1 ms" in out and "speedup over the default: 7.50x" in out and "  tile: 1 -> 3" in out, out
     assert out.count("resumed after") == 2 and "written to results/tuner_run_best.json (usable as --plan)" in out, out
     written = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
