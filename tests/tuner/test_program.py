@@ -10,6 +10,7 @@ import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from itertools import product
 from pathlib import Path
 from typing import Any
@@ -116,6 +117,22 @@ def test_a_misbehaving_program_is_a_failed_evaluation_and_leaves_no_process(kern
     assert "'garbage, not JSON'" in result.reasons[2] and "'true'" in result.reasons[4]
     assert not running(int((tmp_path / "child").read_text()))       # killed with its process group
     assert not (kernel / "ran-here").exists()
+
+
+def test_a_run_that_removes_its_private_copy_fails_no_run_after_it(kernel):
+    """A program may remove its working folder (a clean step gone wrong), and so may a cleaner of old temporary files
+    during a search of days: the copy is made again, and no later configuration is recorded as failed for that."""
+    (kernel / "bench.py").write_text("import json, os, shutil, sys\nc = json.load(sys.stdin)\n"
+                                     "if c['bx'] == 64:\n    shutil.rmtree(os.getcwd())\nprint(c['bx'] / 32)\n")
+    t1 = {"ConfigurationSpace": {"TuningParameters": [{"Name": "bx", "Values": "[32 * i for i in range(1, 5)]"}]}}
+    copies = set(Path(tempfile.gettempdir()).glob("tuner-objective-*"))
+    objective = ProgramObjective(kernel, ["bench.py"], space_from_t1(t1))
+    try:
+        result = objective.evaluate(np.arange(4, dtype=np.int16)[:, None], "time")
+    finally:
+        objective.close()
+    assert result.reasons == [None] * 4 and result.cycles.tolist() == [1.0, 2.0, 3.0, 4.0]
+    assert set(Path(tempfile.gettempdir()).glob("tuner-objective-*")) == copies         # the first copy's remains too
 
 
 ENDLESS = """import sys

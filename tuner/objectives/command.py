@@ -116,9 +116,10 @@ class _Benchmark:
     modes: tuple[str, ...]
     optimum = None                                     # a program's best is not known before it is run
 
-    def __init__(self, workspace: str | Path, timeout_s: float, repeats: int) -> None:
+    def __init__(self, workspace: str | Path, entry: str, timeout_s: float, repeats: int) -> None:
         self._copy: Path | None = None
         self.workspace = Path(workspace).resolve()
+        self.entry = entry                                 # the workspace's file that every run needs (the program)
         self.timeout_s, self.repeats = timeout_s, repeats
 
     def _named(self, scorer: bytes) -> str:
@@ -127,7 +128,10 @@ class _Benchmark:
         return "command:" + hashlib.sha256(scorer).hexdigest()[:12] + (f":median{self.repeats}" if self.repeats > 1 else "")
 
     def _sandbox(self) -> Path:
-        if self._copy is None:
+        """The private copy of the workspace, made again when the program is gone from it (a run that removed its
+        folder, a cleaner of old temporary files): otherwise every later run would fail, and be kept as failed."""
+        if self._copy is None or not (self._copy / self.entry).is_file():
+            self.close()
             root = Path(tempfile.mkdtemp(prefix="tuner-objective-"))
             self._copy = root / "workspace"
             shutil.copytree(self.workspace, self._copy, ignore=_IGNORE, symlinks=True)
@@ -143,14 +147,15 @@ class _Benchmark:
         """The standard output and error of one run of ``argv`` in the private copy (each its last ``OUTPUT_KEPT``
         bytes); :class:`ObjectiveError` saying why when it cannot start, outlives the timeout (it is killed with
         everything it started) or exits non-zero."""
-        given = self._sandbox().parent / "stdin"          # a file, so that a run that never reads its input cannot block the tuner
+        sandbox = self._sandbox()
+        given = sandbox.parent / "stdin"                  # a file, so that a run that never reads its input cannot block the tuner
         given.write_text(stdin or "", encoding="utf-8")
         with given.open("rb") as source:
             try:
-                process = subprocess.Popen(argv, cwd=self._sandbox(), stdin=source, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                process = subprocess.Popen(argv, cwd=sandbox, stdin=source, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                                            start_new_session=True)
             except OSError as exc:
-                raise ObjectiveError(f"{what} cannot be started: {_why_not_started(self._sandbox() / argv[0], exc)}") from None
+                raise ObjectiveError(f"{what} cannot be started: {_why_not_started(sandbox / argv[0], exc)}") from None
         kept = (bytearray(), bytearray())
         readers = [threading.Thread(target=_keep_end, args=(pipe, end), daemon=True)
                    for pipe, end in zip((process.stdout, process.stderr), kept, strict=True)]
@@ -223,7 +228,7 @@ class CommandObjective(_Benchmark):
     modes = MODES
 
     def __init__(self, workspace: str | Path, python: str = sys.executable, timeout_s: float = 120.0, repeats: int = 1) -> None:
-        super().__init__(workspace, timeout_s, repeats)
+        super().__init__(workspace, "benchmark.py", timeout_s, repeats)
         script = self.workspace / "benchmark.py"
         if not script.is_file():
             raise ObjectiveError(f"no benchmark.py in workspace {str(self.workspace)!r}")
@@ -267,7 +272,7 @@ class ProgramObjective(_Benchmark):
     modes = (TIME,)
 
     def __init__(self, workspace: str | Path, argv: list[str], space: Space, timeout_s: float = 120.0, repeats: int = 1) -> None:
-        super().__init__(workspace, timeout_s, repeats)
+        super().__init__(workspace, argv[0], timeout_s, repeats)
         program = self.workspace / argv[0]
         if not program.is_file():
             raise ObjectiveError(f"no program {argv[0]!r} in workspace {str(self.workspace)!r}")
