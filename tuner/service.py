@@ -235,6 +235,8 @@ def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
     path = ctx.workspace.path(ref)
     try:
         data = loads(read_text(path))
+    except FileNotFoundError:
+        raise ServiceError(f"no configuration file {quoted(ref)} in the workspace (a JSON object of knob values)") from None
     except (OSError, ValueError) as exc:
         raise ServiceError(f"configuration file {quoted(ref)} cannot be read as JSON: {json_reason(exc)}") from None
     try:

@@ -354,6 +354,9 @@ def test_every_command_works_on_another_problem_or_says_it_is_for_the_tensor_pla
     (tmp_path / "deep.json").write_text("[" * 100_000)                       # more than Python's parser holds
     assert main(["--workspace", str(tmp_path), *problem, "run_objective", "--plan", "deep.json"]) == 2
     assert "configuration file 'deep.json' cannot be read as JSON: nested too deeply" in capsys.readouterr().err
+    assert main(["--workspace", str(tmp_path), *problem, "run_objective", "--plan", '{"bx": 32}']) == 2     # a path, not JSON
+    assert capsys.readouterr().err == ("tuner run_objective: error: no configuration file '{\"bx\": 32}' in the workspace "
+                                       "(a JSON object of knob values)\n")
     (tmp_path / "wrong.json").write_text(json.dumps({"bx": 33, "tile": 1}))  # JSON, but not a configuration of the space
     assert main(["--workspace", str(tmp_path), *problem, "run_objective", "--plan", "wrong.json"]) == 2
     assert capsys.readouterr().err == ("tuner run_objective: error: configuration file 'wrong.json': knob 'bx': value 33 is not "
