@@ -547,14 +547,15 @@ def rank_experiments(ctx: Context) -> dict[str, Any]:
 
 
 def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
-    """The current configuration beside the fixtures and the best of every study, by the search's mode,
+    """The current configuration (the space's default on a problem without a plan file) beside the fixtures and the
+    best of every study, by the search's mode,
     then the authority, then the hash; ``best_verified`` (with its plan) is the best one correct in every
     mode that does not regress the authority."""
     _positive("limit", limit, allow_none=False)
     last = _first_last(ctx)[1]
-    current = _plan(ctx, None)[0]
+    current, label = _plan(ctx, None)
     cm = _measure(ctx, current)
-    rows = [_plan_row(ctx, "current", current, cm), *_fixture_rows(ctx)]
+    rows = [_plan_row(ctx, "current" if ctx.is_plan else label, current, cm), *_fixture_rows(ctx)]
     rows += [{"source": f"study:{b['study']}", "plan_hash": b["plan_hash"], "plan": b["plan"],
               **{m: b[m] for m in ctx.objective.modes}, "correct": True} for b in _study_bests(ctx)]
     rows.sort(key=_rank_key(ctx))
@@ -821,8 +822,7 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
     _log(ctx, "comparing with the history and writing the report")
     history = compare_history(ctx, limit=5)
     if (best := history["best_verified"]) is not None:
-        source = "the space's default" if best["source"] == "current" else best["source"]
-        outcome["best"] = {"plan_hash": best["plan_hash"], mode: best[mode], "source": source}
+        outcome["best"] = {"plan_hash": best["plan_hash"], mode: best[mode], "source": best["source"]}
         if value is not None:
             outcome["speedup"] = round(value / best[mode], 3)
         if ctx.objective.optimum is not None:

@@ -347,6 +347,9 @@ def test_every_command_works_on_another_problem_or_says_it_is_for_the_tensor_pla
         assert "cycles" not in out and "dev" not in result, (command, out)
         if command in ("benchmark_plan", "run_objective"):
             assert (result["reports"]["time"] if command == "benchmark_plan" else result)["time_ms"] == 2.0
+        if command == "compare_history":                                  # no plan file: the default is the baseline
+            sources = {r["source"] for r in result["rows"]}
+            assert "the space's default" in sources and "current" not in sources, out
     assert {p: p.read_bytes() for p in before} == before                  # what was there is untouched
     assert sorted(p.name for p in tmp_path.iterdir() if p not in before) == [".harnessgym", "results", "studies"]
     backups = [p.name.split(".")[0] for p in (tmp_path / ".harnessgym" / "backups").iterdir()]
