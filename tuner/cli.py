@@ -197,7 +197,8 @@ COMMANDS: dict[str, Command] = {
         "write a new fixtures/NAME.json"),
     "compare_history": (service.compare_history, lambda p: _limit_arg(p, 10, "rows"),
                         "the current plan beside fixtures and the best of every study"),
-    "rank_experiments": (service.rank_experiments, lambda p: None, "studies ranked by their best verified final"),
+    "rank_experiments": (service.rank_experiments, lambda p: None,
+                         "studies ranked by their best verified value (the tensor plan: final cycles; a cache or a program: its time)"),
     "record_result": (service.record_result, lambda p: (
         p.add_argument("--path", default=RESULT_PATH, metavar="PATH",
                        help=f"result JSON inside the workspace: a new file or an earlier result (default {RESULT_PATH})"),
