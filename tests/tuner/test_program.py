@@ -359,6 +359,30 @@ def _ended(pid: int, limit_s: float = 120.0) -> bool:
         os.close(descriptor)
 
 
+def test_a_tuner_killed_outright_leaves_no_measuring_process_and_no_copy(kernel, tmp_path):
+    """SIGKILL (`kill -9`, the out-of-memory killer) ends the tuner before it can kill its run, which lives in a process
+    group of its own and would measure on (a hung one for ever, holding its GPU): the reaper kills that group and
+    removes the private copy."""
+    (kernel / "bench.py").write_text(STUCK.format(log=str(tmp_path)))
+    process = subprocess.Popen([sys.executable, "-m", "tuner", "--objective", "command:bench.py", "--space", "space.t1.json",
+                                "--timeout-s", "3600", "search_plans", "--max-evals", "100"],
+                               cwd=kernel, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    until(lambda: any(tmp_path.glob("run-*")), process)
+    reaper = [pid for pid in _children(process.pid) if b"reaper.py" in Path(f"/proc/{pid}/cmdline").read_bytes()]
+    process.kill()
+    process.communicate()
+    (run,) = tmp_path.glob("run-*")
+    program, (child, copy) = int(run.name[4:]), run.read_text().split(" ", 1)
+    try:
+        assert _ended(program) and _ended(int(child))
+    finally:
+        for pid in (program, int(child)):
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGKILL)
+    assert not running(program) and not running(int(child))
+    assert len(reaper) == 1 and _ended(reaper[0]) and not Path(copy).exists()     # it removes the copy, then ends
+
+
 def test_workers_stop_and_save_when_the_command_that_started_them_is_killed(kernel, tmp_path):
     """SIGKILL (`kill -9`, the out-of-memory killer) gives the tuner no chance to pass anything on to its workers. Each
     sees its stdin pipe from the tuner close and stops as on SIGTERM: its program is killed with its children, the

@@ -42,6 +42,7 @@ from tuner.workspace import loads
 
 OUTPUT_KEPT = 1 << 20                   # bytes kept of a run's stdout and of its stderr (their ends): no run can fill memory
 CLOSE_GRACE_S = 1.0                     # seconds to wait for a run's pipes to close once it has ended and its group is killed
+REAPER = Path(__file__).with_name("reaper.py")     # kills the runs a tuner killed outright leaves behind
 _IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.db", "*.db-*", "studies", ".pytest_cache")
 
 
@@ -118,6 +119,7 @@ class _Benchmark:
 
     def __init__(self, workspace: str | Path, entry: str, timeout_s: float, repeats: int) -> None:
         self._copy: Path | None = None
+        self._reaper: tuple[subprocess.Popen[str], IO[str]] | None = None      # the reaper and the pipe to it
         self.workspace = Path(workspace).resolve()
         self.entry = entry                                 # the workspace's file that every run needs (the program)
         self.timeout_s, self.repeats = timeout_s, repeats
@@ -133,15 +135,32 @@ class _Benchmark:
         if self._copy is None or not (self._copy / self.entry).is_file():
             self.close()
             root = Path(tempfile.mkdtemp(prefix="tuner-objective-"))
+            self._tell_reaper(f"copy {root}")
             self._copy = root / "workspace"
             shutil.copytree(self.workspace, self._copy, ignore=_IGNORE, symlinks=True)
         return self._copy
 
     def close(self) -> None:
-        """Remove the private copy."""
+        """Remove the private copy (and let the reaper go)."""
         if self._copy is not None:
             shutil.rmtree(self._copy.parent, ignore_errors=True)
             self._copy = None
+        if self._reaper is not None:
+            process, pipe = self._reaper
+            with contextlib.suppress(OSError):
+                pipe.close()
+            process.wait()
+            self._reaper = None
+
+    def _tell_reaper(self, line: str) -> None:
+        """Tell the reaper (:mod:`.reaper`, started with the first copy) of a run or a copy; one that is gone is let be."""
+        if self._reaper is None:
+            process = subprocess.Popen([sys.executable, "-I", str(REAPER)], stdin=subprocess.PIPE, stdout=subprocess.DEVNULL,
+                                       stderr=subprocess.DEVNULL, start_new_session=True, text=True)
+            self._reaper = (process, process.stdin)
+        with contextlib.suppress(OSError):
+            self._reaper[1].write(line + "\n")
+            self._reaper[1].flush()
 
     def _execute(self, argv: list[str], what: str, stdin: str | None = None) -> tuple[str, str]:
         """The standard output and error of one run of ``argv`` in the private copy (each its last ``OUTPUT_KEPT``
@@ -156,6 +175,7 @@ class _Benchmark:
                                            start_new_session=True)
             except OSError as exc:
                 raise ObjectiveError(f"{what} cannot be started: {_why_not_started(sandbox / argv[0], exc)}") from None
+        self._tell_reaper(f"run {process.pid}")
         kept = (bytearray(), bytearray())
         readers = [threading.Thread(target=_keep_end, args=(pipe, end), daemon=True)
                    for pipe, end in zip((process.stdout, process.stderr), kept, strict=True)]
@@ -168,6 +188,7 @@ class _Benchmark:
                 raise ObjectiveError(f"{what} took over {self.timeout_s:g} s and was killed")
         finally:
             _kill_group(process.pid)                  # whatever it started goes with it, and its pipes close
+            self._tell_reaper(f"done {process.pid}")  # before the wait: until then no other group can take its number
             process.wait()
             closed = time.monotonic() + CLOSE_GRACE_S
             for reader in readers:                    # a process that left the group may hold a pipe open: what came is kept
