@@ -619,7 +619,9 @@ def load_profile(name: str, space: Space, *folders: Path | None) -> Profile:
         raise ProfileError(str(exc)) from None
     knobs = data.get("knobs") if isinstance(data, dict) else None
     if not isinstance(knobs, dict):
-        raise ProfileError(f"profile {name!r} needs a knobs object: each knob's name -> its allowed values")
+        first = space.knobs[0]
+        raise ProfileError(f"profile {name!r} needs a knobs object: each knob's name -> its allowed values, "
+                           f"as in {{\"knobs\": {{{json.dumps(first.name)}: {json.dumps(list(first.choices[:2]))}, ...}}}}")
     if set(knobs) != set(space.names):
         missing = sorted(set(space.names) - set(knobs))
         unknown = sorted(set(knobs) - set(space.names))

@@ -84,6 +84,7 @@ def test_bad_profile_names_are_refused(name):
     (json.dumps({"knobs": 1}), "needs a knobs object"),
     (json.dumps({"knobs": [["block_m"]]}), "needs a knobs object"),
     (json.dumps(["knobs"]), "needs a knobs object"),
+    (json.dumps({"block_m": [32]}), r'as in \{"knobs": \{"q_layout": \["row_major", "col_major"\], \.\.\.\}\}'),   # the form, shown
     ('{"knobs": ', "is not valid JSON"),
 ])
 def test_malformed_profile_names_the_problem(tmp_path, content, fragment):
