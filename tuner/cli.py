@@ -234,8 +234,8 @@ def _problem_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, defau
                         "or a Kernel Tuner cache (its tune_params)")
     p.add_argument("--timeout-s", type=_seconds, default=default(120.0), metavar="SECONDS",
                    help="with a command objective: seconds one benchmark run may take; a run past it is killed with "
-                        "everything it started and counts as a failed evaluation, kept as such in the history even "
-                        "when a later search has a longer timeout (default 120)")
+                        "everything it started and counts as a failed evaluation, which a later search with a longer "
+                        "timeout measures again (default 120)")
     if repeats:
         p.add_argument("--repeats", dest="objective_repeats", type=_positive(int, LIMITS["repeats"]), default=default(1), metavar="K",
                        help="with a command objective: runs per configuration in searches, valued by their median; every sample "

@@ -68,6 +68,13 @@ EVALUATIONS = Table(
     Column("max_abs", Float, nullable=True),
     Column("plan", Text, nullable=False),
 )
+TIMEOUTS = Table(                                      # failed evaluations that were runs killed at a time limit
+    "tuner_timeouts", _META,
+    Column("objective", String(64), primary_key=True),
+    Column("mode", String(16), primary_key=True),
+    Column("plan_hash", String(16), primary_key=True),
+    Column("limit_s", Float, nullable=False),
+)
 SWEEPS = Table(
     "tuner_sweeps", _META,
     Column("study_name", String(512), primary_key=True),
@@ -158,12 +165,14 @@ class Row:
     correct: bool
     max_abs: float | None
     idx: np.ndarray = field(repr=False)
+    timed_out_s: float | None = None        # a failed run killed at this time limit (s): a longer one may measure it
 
 
 def rows_of(result: Evaluations, hashes: list[str], idx: np.ndarray) -> list[Row]:
     """Cache rows of an objective's results (aligned with ``hashes`` and ``idx``)."""
-    return [Row(h, float(c) if np.isfinite(c) else None, bool(ok), None if np.isnan(m) else float(m), np.array(row))
-            for h, c, ok, m, row in zip(hashes, result.cycles, result.correct, result.max_abs, idx, strict=True)]
+    timed_out = result.timed_out or [None] * len(hashes)
+    return [Row(h, float(c) if np.isfinite(c) else None, bool(ok), None if np.isnan(m) else float(m), np.array(row), limit)
+            for h, c, ok, m, row, limit in zip(hashes, result.cycles, result.correct, result.max_abs, idx, timed_out, strict=True)]
 
 
 def _row(record: Any) -> Row:
@@ -410,6 +419,13 @@ class History:
         return rows
 
     @outlasting_outages
+    def timed_out(self, objective: str, mode: str) -> dict[str, float]:
+        """The failed evaluations of ``objective`` in ``mode`` that were runs killed at a time limit: plan hash -> limit (s)."""
+        query = select(TIMEOUTS.c.plan_hash, TIMEOUTS.c.limit_s).where(TIMEOUTS.c.objective == objective, TIMEOUTS.c.mode == mode)
+        with self.engine.connect() as connection:
+            return {r.plan_hash: r.limit_s for r in connection.execute(query)}
+
+    @outlasting_outages
     def best_cached(self, objective: str, mode: str, limit: int) -> list[Row]:
         """The ``limit`` best correct evaluations of ``objective`` in ``mode`` (one query; ties by plan hash)."""
         query = (select(EVALUATIONS).where(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode,
@@ -531,12 +547,17 @@ class History:
     @outlasting_outages
     def write(self, objective: str, mode: str, rows: list[Row], study_id: int | None = None,
               trials: list[TrialRecord] = (), sweep: dict[str, Any] | None = None,  # type: ignore[assignment]
-              space: Space | None = None, members: list[tuple[str, float | None]] = ()) -> None:  # type: ignore[assignment]
+              space: Space | None = None, members: list[tuple[str, float | None]] = (),  # type: ignore[assignment]
+              replaced: Iterable[str] = ()) -> None:
         """Store evaluations, trials (of configurations of ``space``), the study's new ``members`` (``(plan_hash,
-        value)`` of every evaluation it saw) and a sweep record in one transaction."""
+        value)`` of every evaluation it saw) and a sweep record in one transaction. The evaluations of ``replaced``
+        (runs killed at a shorter time limit, measured again) take the place of the earlier ones."""
         if self.read_only:
             raise HistoryError("this history is opened read-only (the tool declares no history writes)")
         with self.engine.begin() as connection:
+            for table in (EVALUATIONS, TIMEOUTS):
+                for condition in in_chunks(table.c.plan_hash, sorted(replaced)):
+                    connection.execute(table.delete().where(table.c.objective == objective, table.c.mode == mode, condition))
             self._write(connection, objective, mode, rows, study_id, list(trials), sweep, space, list(members))
 
     def _write(self, connection: Any, objective: str, mode: str, rows: list[Row], study_id: int | None,
@@ -558,6 +579,10 @@ class History:
                       for r in rows]
             dialect_insert = sqlite_insert if self.sqlite else postgresql_insert
             connection.execute(dialect_insert(EVALUATIONS).on_conflict_do_nothing(), values)     # idempotent on both
+            killed = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash, "limit_s": r.timed_out_s}
+                      for r in rows if r.timed_out_s is not None]
+            if killed:
+                connection.execute(dialect_insert(TIMEOUTS).on_conflict_do_nothing(), killed)
         if trials and study_id is not None and space is not None:
             self._insert_trials(connection, study_id, trials, space)
         if sweep is not None:

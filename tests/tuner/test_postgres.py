@@ -35,6 +35,18 @@ def test_cache_trials_and_sweeps_round_trip_on_postgres(postgres_url, iteration2
     history.close()
 
 
+def test_a_run_killed_at_a_time_limit_is_replaced_by_its_measurement_on_postgres(postgres_url, iteration2):
+    history = History(postgres_url)
+    idx, h = encode(iteration2), plan_hash(iteration2)
+    history.write("obj", "time", [Row(h, None, False, None, idx, timed_out_s=0.5)])
+    assert history.timed_out("obj", "time") == {h: 0.5} and history.cached("obj", "time")[h].cycles is None
+    history.write("obj", "time", [Row(h, 2.0, True, None, idx)], replaced=[h])               # measured under a longer limit
+    assert history.timed_out("obj", "time") == {} and history.cached("obj", "time")[h].cycles == 2.0
+    history.write("obj", "time", [Row(h, None, False, None, idx, timed_out_s=0.1)])           # another process's: the time stays
+    assert history.cached("obj", "time")[h].cycles == 2.0
+    history.close()
+
+
 def test_four_processes_share_one_postgres_history(postgres_url, workspace):
     command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", postgres_url, "--json",
                "search_plans", "--strategy", "quick", "--seed", "7", "--max-evals", "120"]

@@ -305,6 +305,31 @@ def test_a_sweep_measures_each_configuration_once_and_keeps_every_measurement(ke
     assert json.loads(out.stdout)["new_evaluations"] == 0 and len(log.read_text().splitlines()) == 100    # all 100 were kept
 
 
+def test_a_run_killed_at_a_shorter_timeout_is_measured_again_under_a_longer_one(kernel, tmp_path):
+    """A run killed at --timeout-s says nothing of its configuration but that it took longer: a search with a longer
+    timeout measures it again, and its time takes the failure's place in the history. A crash stays failed, a time
+    is never measured again, and a search with the shorter timeout again finds the time."""
+    log = tmp_path / "runs.log"
+    (kernel / "bench.py").write_text(f"import json, sys, time\nc = json.load(sys.stdin)\n"
+                                     f"open({str(log)!r}, 'a').write(f\"{{c['bx']}}\\n\")\n"
+                                     "if c['bx'] == 64:\n    time.sleep(2)\nif c['bx'] == 96:\n    sys.exit(3)\nprint(c['bx'] / 32)\n")
+    (kernel / "grid.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "bx", "Values": "[32 * i for i in range(1, 5)]"}]}}))
+    common = ("--objective", "command:bench.py", "--space", "grid.t1.json", "--json")
+    searches = [("0.5", "bounded_exhaustive_search", "--profile", "all"), ("30", "local_neighborhood_search", "--max-evals", "4"),
+                ("0.5", "search_plans", "--max-evals", "4")]
+    results = []
+    for timeout, *command in searches:
+        out = _tuner(kernel, *common, "--timeout-s", timeout, *command)
+        assert out.returncode == 0, out.stderr
+        results.append(json.loads(out.stdout))
+    assert results[0]["failed"] == 2 and results[0]["failure_reasons"] == {"bench.py took over 0.5 s and was killed": 1,
+                                                                          "bench.py exited 3": 1}
+    assert results[1]["new_evaluations"] == 1 and results[1]["failed"] == 0 and results[1]["cached_failed"] == 1
+    assert results[2]["new_evaluations"] == 0 and results[2]["cached_failed"] == 1       # bx=64's time, bx=96's crash
+    assert sorted(log.read_text().split()) == ["128", "32", "64", "64", "96"]                # bx=64 measured twice
+
+
 STUCK = """import os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 open(os.path.join({log!r}, f"run-{{os.getpid()}}"), "w").write(f"{{child.pid}} {{os.getcwd()}}")

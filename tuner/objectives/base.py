@@ -32,7 +32,8 @@ class Evaluations:
     infeasible); ``max_abs`` is the numeric error, ``nan`` where unknown; ``reasons`` says why a
     configuration is infeasible, where the objective knows (``None`` elsewhere); ``samples``, where
     the objective measures repeatedly, every measured value of each configuration (``cycles`` is then
-    their median).
+    their median); ``timed_out``, where a run was killed at the objective's time limit, that limit in
+    seconds (``None`` elsewhere): a failure that a longer limit may not repeat.
     """
 
     cycles: np.ndarray
@@ -40,6 +41,7 @@ class Evaluations:
     max_abs: np.ndarray
     reasons: list[str | None] = field(default_factory=list)
     samples: list[list[float]] = field(default_factory=list)
+    timed_out: list[float | None] = field(default_factory=list)
 
     @property
     def feasible(self) -> np.ndarray:
@@ -48,6 +50,14 @@ class Evaluations:
 
 class ObjectiveError(RuntimeError):
     """The objective could not score a configuration (its message says why)."""
+
+
+class TimedOut(ObjectiveError):
+    """A run outlived the objective's time limit ``limit_s`` (seconds) and was killed."""
+
+    def __init__(self, message: str, limit_s: float) -> None:
+        super().__init__(message)
+        self.limit_s = limit_s
 
 
 class Objective(Protocol):

@@ -34,7 +34,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from tuner.objectives.base import RULED_OUT, TIME, Evaluations, ObjectiveError, as_float
+from tuner.objectives.base import RULED_OUT, TIME, Evaluations, ObjectiveError, TimedOut, as_float
 from tuner.plan import SPACE, decode, plan_json
 from tuner.space import Config, Space
 from tuner.task.suites import MODES
@@ -185,7 +185,7 @@ class _Benchmark:
         try:
             waiter.join(self.timeout_s)
             if waiter.is_alive():
-                raise ObjectiveError(f"{what} took over {self.timeout_s:g} s and was killed")
+                raise TimedOut(f"{what} took over {self.timeout_s:g} s and was killed", self.timeout_s)
         finally:
             _kill_group(process.pid)                  # whatever it started goes with it, and its pipes close
             self._tell_reaper(f"done {process.pid}")  # before the wait: until then no other group can take its number
@@ -217,6 +217,7 @@ class _Benchmark:
         n = len(idx)
         cycles, correct, max_abs = np.full(n, np.inf), np.zeros(n, dtype=bool), np.full(n, np.nan)
         reasons: list[str | None] = [None] * n
+        timed_out: list[float | None] = [None] * n
         samples: list[list[float]] = [[] for _ in range(n)]
         allowed = self.feasible(np.asarray(idx))
         for i, row in enumerate(np.asarray(idx)):
@@ -229,6 +230,7 @@ class _Benchmark:
                     runs.append(self._once(row, mode))
             except ObjectiveError as exc:
                 reasons[i] = str(exc)
+                timed_out[i] = exc.limit_s if isinstance(exc, TimedOut) else None
                 continue
             samples[i] = [value for value, _, _ in runs]
             cycles[i] = float(np.median(samples[i]))
@@ -236,7 +238,8 @@ class _Benchmark:
             errors = [error for _, _, error in runs if not math.isnan(error)]
             max_abs[i] = max(errors) if errors else math.nan
         return Evaluations(cycles=cycles, correct=correct, max_abs=max_abs, reasons=reasons,
-                           samples=samples if self.repeats > 1 else [])
+                           samples=samples if self.repeats > 1 else [],
+                           timed_out=timed_out if any(limit is not None for limit in timed_out) else [])
 
     def __del__(self) -> None:
         self.close()
