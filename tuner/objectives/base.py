@@ -65,7 +65,8 @@ class Objective(Protocol):
     the scorer does); ``label`` is what a person calls it (the report's title); ``modes`` are its modes,
     the first the search objective and a second, where there is one, the held-out authority the gate checks.
     ``optimum`` is the best value any allowed configuration has in the first mode where that is known (a replayed
-    cache's best recorded time), ``None`` elsewhere."""
+    cache's best recorded time), ``None`` elsewhere. An objective that runs a program also has ``timeout_s``, the
+    seconds one run may take: a search treats a run killed at a shorter limit as not measured yet."""
 
     name: str
     label: str
