@@ -133,18 +133,21 @@ class _Benchmark:
         """The private copy of the workspace, made again when the program is gone from it (a run that removed its
         folder, a cleaner of old temporary files): otherwise every later run would fail, and be kept as failed."""
         if self._copy is None or not (self._copy / self.entry).is_file():
-            self.close()
+            self._remove_copy()
             root = Path(tempfile.mkdtemp(prefix="tuner-objective-"))
             self._tell_reaper(f"copy {root}")
             self._copy = root / "workspace"
             shutil.copytree(self.workspace, self._copy, ignore=_IGNORE, symlinks=True)
         return self._copy
 
-    def close(self) -> None:
-        """Remove the private copy (and let the reaper go)."""
+    def _remove_copy(self) -> None:
         if self._copy is not None:
             shutil.rmtree(self._copy.parent, ignore_errors=True)
             self._copy = None
+
+    def close(self) -> None:
+        """Remove the private copy and let the reaper go."""
+        self._remove_copy()
         if self._reaper is not None:
             process, pipe = self._reaper
             with contextlib.suppress(OSError):
