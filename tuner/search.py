@@ -117,9 +117,10 @@ class Search:
         self.name = spec.study_name(objective.name)
         self.study = history.study(self.name, {"objective": objective.name, "strategy": spec.strategy})
         self.cache = history.cached(objective.name, spec.mode)
-        limit = getattr(objective, "timeout_s", None)      # failures that were runs killed at a shorter limit: measured again
-        self.stale = {h for h, was in (history.timed_out(objective.name, spec.mode) if limit else {}).items()
-                      if was < limit and h in self.cache and self.cache[h].cycles is None}
+        self.stale: set[str] = set()                       # failures that were runs killed at a shorter limit: measured again
+        if limit := getattr(objective, "timeout_s", None):
+            self.stale = {h for h, was in history.timed_out(objective.name, spec.mode).items()
+                          if was < limit and h in self.cache and self.cache[h].cycles is None}
         for h in self.stale:
             del self.cache[h]
         record = history.sweep(self.name)
@@ -320,7 +321,7 @@ class Search:
             self.progress_state = progress
         sweep = {"study_name": self.name, "strategy": self.spec.strategy, "objective": self.objective.name,
                  "mode": self.spec.mode, "target": self.spec.target, "state": state, "progress": self.progress_state}
-        replaced = {r.plan_hash for r in self._rows} & self.stale
+        replaced = {r.plan_hash for r in self._rows} & self.stale if self.stale else set()
         self.history.write(self.objective.name, self.spec.mode, self._rows, self.study._study_id, self._trials, sweep, self.space,
                            self._members, replaced)
         self.stale -= replaced
