@@ -28,7 +28,7 @@ import numpy as np
 from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 
 from tuner.expressions import FUNCTION_NAMES, ArithmeticFault, ExpressionError, evaluate, names_in, reserved
-from tuner.workspace import WorkspaceError, check_name, loads, quoted
+from tuner.workspace import WorkspaceError, check_name, loads, quoted, shortened
 
 Kind = Literal["ordinal", "nominal"]
 Value = int | float | str | bool
@@ -57,7 +57,7 @@ def _text(value: Any, limit: int = 60) -> str:
         text = json.dumps(value)
     except (TypeError, ValueError):
         text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+    return shortened(text, limit)
 
 
 @dataclass(frozen=True)

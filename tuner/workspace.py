@@ -43,10 +43,18 @@ class WorkspaceError(ValueError):
     """A path, name or reference the workspace refuses (the message says why)."""
 
 
+def shortened(text: str, limit: int = 60) -> str:
+    """``text``, or past ``limit`` characters its start and its end (where a path names its file) with its length:
+    error messages never echo a huge argument."""
+    if len(text) <= limit:
+        return text
+    head = limit * 2 // 5
+    return f"{text[:head]}...{text[head - limit:]} ({len(text)} characters)"
+
+
 def quoted(value: object, limit: int = 60) -> str:
-    """``repr`` of ``value`` cut to a short prefix: error messages never echo a huge argument."""
-    text = repr(value)
-    return text if len(text) <= limit else f"{text[:limit]}... ({len(text)} characters)"
+    """``repr`` of ``value``, :func:`shortened`."""
+    return shortened(repr(value), limit)
 
 
 @dataclass(frozen=True)
