@@ -115,7 +115,7 @@ class Context:
             raise ServiceError("objective 'command' runs the workspace's benchmark.py, and the workspace holds none "
                                "(objective 'builtin' scores the same model in this process)")
         if history is not None:
-            _check_history_folder(history)
+            _check_history_folder(history, ws.root / "studies")
         ctx = cls(ws, resolve_url(history if history is not None else ws.root / "studies" / "history.db"), objective,
                   space_path=space, writes_history="history" in writes, **kw)
         if measured:
@@ -197,13 +197,14 @@ def _program(ws: Workspace, command: str) -> list[str]:
     return [path.relative_to(ws.root).as_posix(), *argv[1:]]
 
 
-def _check_history_folder(history: str) -> None:
-    """Only the default history folder is created on its own: a history file elsewhere needs its folder."""
+def _check_history_folder(history: str, studies: Path) -> None:
+    """Only the workspace's ``studies`` folder is created on its own: a history file elsewhere needs its folder
+    (a typo in a folder's name is refused, not made)."""
     if "://" in history and not history.startswith("sqlite:///"):
         return
     path = Path(history.removeprefix("sqlite:///"))
-    if str(path) not in ("", ":memory:") and not path.parent.is_dir():
-        raise ServiceError(f"history folder {quoted(str(path.parent))} does not exist (only the default studies/ is created)")
+    if str(path) not in ("", ":memory:") and not path.parent.is_dir() and path.parent.resolve() != studies.resolve():
+        raise ServiceError(f"history folder {quoted(str(path.parent))} does not exist (only the workspace's studies/ is created)")
 
 
 def _mode(ctx: Context, mode: str) -> str:

@@ -208,6 +208,16 @@ def test_an_unusable_history_exits_2_with_one_line(workspace, history, fragment)
     assert not Path(history).parent.exists()
 
 
+def test_a_history_in_the_workspace_studies_folder_creates_it(workspace):
+    shutil.rmtree(workspace / "studies", ignore_errors=True)
+    out = tuner(workspace, "--history", str(workspace / "studies" / "mine.db"), "search_plans", "--max-evals", "3")
+    assert out.returncode == 0, out.stderr
+    assert (workspace / "studies" / "mine.db").is_file()
+    typo = tuner(workspace, "--history", str(workspace / "stuides" / "mine.db"), "search_plans", "--max-evals", "3")
+    assert typo.returncode == 2 and "/stuides'" in typo.stderr and "does not exist" in typo.stderr, typo.stderr
+    assert not (workspace / "stuides").exists()
+
+
 def test_a_search_into_an_in_memory_history_exits_2_with_one_line(workspace):
     out = tuner(workspace, "--history", "sqlite://", "search_plans", "--max-evals", "5")
     assert out.returncode == 2 and "in-memory" in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
