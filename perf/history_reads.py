@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[1]
 
 def build(workspace: Path, studies: int, trials: int) -> str:
     """A workspace copy whose history holds ``studies`` studies of ``trials`` scored plans each."""
-    for item in ("kernel_plan.json", "fixtures", "studies"):
+    for item in ("kernel_plan.json", "fixtures"):
         source = ROOT / item
         shutil.copytree(source, workspace / item) if source.is_dir() else shutil.copy2(source, workspace / item)
     url = f"sqlite:///{workspace / 'studies' / 'history.db'}"
@@ -89,7 +89,7 @@ def main() -> None:
     print(f"  History open (writable)  {(time.perf_counter() - start) / 10 * 1e3:8.1f} ms  (what every writing command pays first)")
     old = per_study_reads(url, BuiltinObjective().name)
     print(f"  per-study Optuna reads   {old:8.3f} s  (what rank_experiments and compare_history did before; "
-          f"{old / figures['rank_experiments']:.0f}x rank_experiments now)")
+          f"{old / figures['rank_experiments']:.3g}x rank_experiments now)")
     shutil.rmtree(workspace)
 
 

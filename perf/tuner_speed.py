@@ -204,7 +204,7 @@ def ask_cost(trials: int = 300, asks: int = 50) -> None:
         sampler.ask()
     ours = (time.perf_counter() - start) / asks * 1e3
     print(f"6. ms per TPE ask with {trials} trials held ({len(SPACE.knobs)} knobs): Optuna's TPESampler {theirs:.1f}, "
-          f"Parzen {ours:.2f} ({theirs / ours:.0f}x)")
+          f"Parzen {ours:.2f} ({theirs / ours:.3g}x)")
 
 
 def bayes_cost(held: tuple[int, ...] = (100, 200, 1000), asks: int = 5) -> None:

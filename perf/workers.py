@@ -59,7 +59,7 @@ PROFILE = "iteration3_dev_core"
 def _workspace(root: Path, sleeping: bool) -> Path:
     workspace = root / ("sleep" if sleeping else "model")
     workspace.mkdir()
-    for item in ("kernel_plan.json", "fixtures", "studies", "benchmark.py"):
+    for item in ("kernel_plan.json", "fixtures", "benchmark.py"):
         source = ROOT / item
         shutil.copytree(source, workspace / item) if source.is_dir() else shutil.copy2(source, workspace / item)
     if sleeping:
