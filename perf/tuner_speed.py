@@ -97,9 +97,14 @@ def optuna_rdb_cost() -> float:
     return (time.perf_counter() - start) / n * 1e3
 
 
+def _marks(budget: int) -> list[int]:
+    """Where the best-so-far is shown: the ``CHECKPOINTS`` below ``budget``, then the budget itself (its end)."""
+    return [c for c in CHECKPOINTS if c < budget] + [budget]
+
+
 def _curve(values: list[float], budget: int) -> list[float]:
     best = np.minimum.accumulate(np.array(values + [np.inf] * max(0, budget - len(values)))[:budget])
-    return [float(best[c - 1]) for c in CHECKPOINTS if c <= budget]
+    return [float(best[c - 1]) for c in _marks(budget)]
 
 
 def _baseline(sampler: optuna.samplers.BaseSampler, budget: int, categorical: bool) -> list[float]:
@@ -139,11 +144,11 @@ def quality(seeds: int, budget: int, target: float) -> None:
         rows["default TPE (categorical)"].append(_curve(_baseline(optuna.samplers.TPESampler(seed=seed), budget, True), budget))
         rows["RandomSampler"].append(_curve(_baseline(optuna.samplers.RandomSampler(seed=seed), budget, False), budget))
     print(f"3. best-so-far median over {seeds} seeds (target {int(target)}; within 1% = <= {int(target * 1.01)}):")
-    print("   " + f"{'evaluations':<28}" + "".join(f"{c:>10}" for c in CHECKPOINTS if c <= budget) + "   within 1% at end")
+    print("   " + f"{'evaluations':<28}" + "".join(f"{c:>10}" for c in _marks(budget)) + "   within 1% at end")
     for name, curves in rows.items():
         median = np.median(np.array(curves), axis=0)
         hits = np.mean([c[-1] <= target * 1.01 for c in curves])
-        print("   " + f"{name:<28}" + "".join(f"{int(v):>10}" for v in median) + f"   {hits:.0%}")
+        print("   " + f"{name:<28}" + "".join(f"{int(v):>10}" if np.isfinite(v) else f"{'-':>10}" for v in median) + f"   {hits:.0%}")
     ours, theirs = seconds / trials * 1e3, optuna_rdb_cost()
     print(f"2. quick, {trials} trials over {seeds} seeds with durable history: {ours:.1f} ms/trial; "
           f"Optuna TPE + RDBStorage(SQLite): {theirs:.1f} ms/trial (ratio {theirs / ours:.1f}x)")
