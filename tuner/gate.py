@@ -21,6 +21,8 @@ from tuner.search import number
 from tuner.space import Config
 from tuner.workspace import BACKUP_DIR, PLAN_FILE, Workspace, WorkspaceError, quoted
 
+PLAN_CHANGED = f"{PLAN_FILE} changed while the candidate was gated"     # the reason an apply that lost a race gives first
+
 
 def measure(objective: Objective, plan: Config, repeats: int = 1, modes: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """Per mode (default: every mode of ``objective``): ``best_cycles`` (the value, lower is better), ``correct``
@@ -67,12 +69,12 @@ def significance(candidate: dict[str, dict[str, Any]], current: dict[str, dict[s
 
 
 def gate(objective: Objective, workspace: Workspace, candidate: Config,
-         current_metrics: dict[str, dict[str, Any]] | None = None, repeats: int = 1) -> dict[str, Any]:
-    """The gate's report for ``candidate`` against the workspace's current plan (``current_metrics``:
-    its :func:`measure`, when the caller has it already). With ``repeats`` > 1 both are measured that many
+         measured: tuple[Config, dict[str, dict[str, Any]]] | None = None, repeats: int = 1) -> dict[str, Any]:
+    """The gate's report for ``candidate`` against the workspace's current plan (``measured``: that plan as the
+    caller read it, and its :func:`measure`). With ``repeats`` > 1 both are measured that many
     times, compared by their medians, and the candidate must also be significantly better in the authority."""
     space = objective.space
-    current = workspace.current_plan()
+    current, current_metrics = measured or (workspace.current_plan(), None)
     cand_metrics = measure(objective, candidate, repeats)
     current_metrics = current_metrics or measure(objective, current, repeats)
     passed, reasons = verdict(cand_metrics, current_metrics)
@@ -88,12 +90,20 @@ def gate(objective: Objective, workspace: Workspace, candidate: Config,
 
 
 def apply(objective: Objective, workspace: Workspace, candidate: Config, dry_run: bool = True,
-          current_metrics: dict[str, dict[str, Any]] | None = None, repeats: int = 1) -> dict[str, Any]:
-    """Gate ``candidate`` (measured ``repeats`` times) and, unless ``dry_run``, write it as ``kernel_plan.json`` (backup kept)."""
-    report = gate(objective, workspace, candidate, current_metrics, repeats)
+          measured: tuple[Config, dict[str, dict[str, Any]]] | None = None, repeats: int = 1) -> dict[str, Any]:
+    """Gate ``candidate`` (measured ``repeats`` times; ``measured`` as for :func:`gate`) and, unless ``dry_run``, write
+    it as ``kernel_plan.json`` (backup kept), provided the plan is still the one it was gated against: one that
+    another apply, a rollback or an edit changed meanwhile is left as it is, and the candidate fails."""
+    report = gate(objective, workspace, candidate, measured, repeats)
     report |= {"dry_run": dry_run, "applied": False, "backup": None}
     if report["passed"] and not dry_run:
-        backup = workspace.write("plan", PLAN_FILE, objective.space.to_json(candidate), backup_name="kernel_plan")
+        with workspace.plan_lock():
+            now = objective.space.hash(workspace.current_plan())
+            if now != report["current_hash"]:
+                report["passed"] = False
+                report["reasons"].append(f"{PLAN_CHANGED} (plan {report['current_hash']}, now {now}): gate it again")
+                return report
+            backup = workspace.write("plan", PLAN_FILE, objective.space.to_json(candidate), backup_name="kernel_plan")
         report |= {"applied": True, "backup": backup}
     return report
 
@@ -110,19 +120,20 @@ def rollback(workspace: Workspace, backup: str | None = None, dry_run: bool = Tr
     The restored backup leaves the stack; the plan it replaces is kept as ``rolled-back.*.json`` (``kept``: naming it
     as ``backup`` undoes the rollback).
     """
-    if backup is None:
-        found = backups(workspace)
-        if not found:
-            raise WorkspaceError(f"no backups in {BACKUP_DIR}: nothing to roll back")
-        source = found[-1]
-    else:
-        source = workspace.path(backup)
-        if not source.is_file() or source.parent != (workspace.root / BACKUP_DIR).resolve():
-            raise WorkspaceError(f"{quoted(backup)} is not a backup in {BACKUP_DIR}")
-    text = source.read_text(encoding="utf-8")
-    report: dict[str, Any] = {"restored_from": str(Path(source).relative_to(workspace.root)), "dry_run": dry_run, "rolled_back": False}
-    if not dry_run:
-        report["kept"] = workspace.write("plan", PLAN_FILE, text, backup_name="rolled-back")
-        source.unlink()
-        report["rolled_back"] = True
+    with workspace.plan_lock():                             # two rollbacks never restore one backup twice
+        if backup is None:
+            found = backups(workspace)
+            if not found:
+                raise WorkspaceError(f"no backups in {BACKUP_DIR}: nothing to roll back")
+            source = found[-1]
+        else:
+            source = workspace.path(backup)
+            if not source.is_file() or source.parent != (workspace.root / BACKUP_DIR).resolve():
+                raise WorkspaceError(f"{quoted(backup)} is not a backup in {BACKUP_DIR}")
+        text = source.read_text(encoding="utf-8")
+        report: dict[str, Any] = {"restored_from": str(Path(source).relative_to(workspace.root)), "dry_run": dry_run, "rolled_back": False}
+        if not dry_run:
+            report["kept"] = workspace.write("plan", PLAN_FILE, text, backup_name="rolled-back")
+            source.unlink()
+            report["rolled_back"] = True
     return report

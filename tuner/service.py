@@ -594,8 +594,8 @@ def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20, rep
     for seed in seeds:
         if seed["plan_hash"] == plan_hash(current):
             continue
-        report = gate.apply(ctx.objective, ctx.workspace, seed["plan"], dry, current_metrics, repeats)
-        if report["passed"]:
+        report = gate.apply(ctx.objective, ctx.workspace, seed["plan"], dry, (current, current_metrics), repeats)
+        if report["passed"] or report["reasons"][-1].startswith(gate.PLAN_CHANGED):    # the rest would be gated against a stale plan
             return {"candidate_source": seed["source"], **report}
     reason = ("kernel_plan.json is already the best verified plan of the fixtures and the history"
               if seeds and seeds[0]["plan_hash"] == plan_hash(current) else "no fixture or history plan passes the gate")

@@ -11,10 +11,13 @@ folder, ``fsync`` and ``rename``, so a reader never sees half a file.
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import re
 import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path, PurePosixPath
@@ -86,6 +89,17 @@ class Workspace:
         if not resolved.is_relative_to(self.root):
             raise WorkspaceError(f"path {quoted(text)} leads outside the workspace")
         return resolved
+
+    @contextmanager
+    def plan_lock(self) -> Iterator[None]:
+        """Held by one process at a time (``flock`` on the workspace folder): the plan's writers read what the plan is
+        and replace it as one step, so that two applies (or an apply and a rollback) never interleave."""
+        fd = os.open(self.root, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield
+        finally:
+            os.close(fd)                                    # releases the lock
 
     # --- the write policy ---------------------------------------------------------------------
 

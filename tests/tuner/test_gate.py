@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
-from tuner import service
+from tuner import gate, service
+from tuner.objectives.builtin import BuiltinObjective
 from tuner.workspace import BACKUP_DIR, OUTPUT_BACKUPS, Workspace, WorkspaceError
 
 
@@ -44,6 +46,46 @@ def test_real_apply_backs_up_and_rollback_restores(ctx, workspace):
     assert (workspace / "kernel_plan.json").read_text() == before
     with pytest.raises(WorkspaceError, match="no backups"):
         service.rollback(ctx)
+
+
+class EditedMeanwhile(BuiltinObjective):
+    """The model, whose first evaluation also rewrites the workspace's plan as ``edit``: another apply, or a person's
+    edit, that lands while the gate measures."""
+
+    def __init__(self, plan: Path, edit: str) -> None:
+        super().__init__()
+        self.plan, self.edit = plan, edit
+
+    def evaluate(self, idx, mode):
+        if self.edit:
+            self.plan.write_text(self.edit)
+            self.edit = ""
+        return super().evaluate(idx, mode)
+
+
+def test_an_apply_leaves_a_plan_that_changed_while_it_was_gated(ctx, workspace):
+    """attempt-1 beats the baseline it is gated against, but iteration-2, better than attempt-1, is the plan by the time
+    it would be written: writing attempt-1 would make the plan worse."""
+    edit = (workspace / "fixtures" / "tensor_plan_iteration2_neighborhood_best.json").read_text()
+    edit = json.dumps(json.loads(edit)["plan"])
+    candidate, _ = ctx.workspace.resolve_plan("tensor_plan_attempt1_best")
+    report = gate.apply(EditedMeanwhile(workspace / "kernel_plan.json", edit), ctx.workspace, candidate, dry_run=False)
+    assert not report["passed"] and not report["applied"] and report["reasons"][-1].startswith(gate.PLAN_CHANGED)
+    assert (workspace / "kernel_plan.json").read_text() == edit and not gate.backups(ctx.workspace)
+    again = service.apply_candidate(ctx, "tensor_plan_attempt1_best", dry_run=False)      # gated again: against the edit
+    assert not again["applied"] and again["reasons"][0] == "does not improve dev (293411 >= 262009)"
+
+
+def test_apply_best_verified_stops_at_a_plan_changed_while_it_gated(ctx, workspace, monkeypatch):
+    """The change lands while the current plan is measured: the first candidate's apply finds it, and no other
+    candidate is gated against the plan that is gone."""
+    edit = json.dumps(json.loads((workspace / "fixtures" / "tensor_plan_attempt1_best.json").read_text())["plan"])
+    monkeypatch.setitem(ctx.__dict__, "objective", EditedMeanwhile(workspace / "kernel_plan.json", edit))
+    gated = []
+    monkeypatch.setattr(gate, "apply", lambda *args, real=gate.apply, **kw: gated.append(args[2]) or real(*args, **kw))
+    report = service.apply_best_verified(ctx, dry_run=False)
+    assert len(gated) == 1 and not report["applied"] and report["reasons"][-1].startswith(gate.PLAN_CHANGED)
+    assert (workspace / "kernel_plan.json").read_text() == edit and not gate.backups(ctx.workspace)
 
 
 def test_an_output_keeps_its_newest_backups_and_no_other_backup_is_touched(workspace):
