@@ -153,7 +153,7 @@ class Workspace:
         made = re.compile(rf"{re.escape(name)}\.(\d{{8}}T\d{{12}})Z(?:-(\d+))?{re.escape(suffix)}")
         found = [(m[1], int(m[2] or 0), p) for p in folder.iterdir() if (m := made.fullmatch(p.name))]
         for *_, old in sorted(found)[:-keep]:                  # by time stamp, then the same stamp's count: oldest first
-            old.unlink()
+            old.unlink(missing_ok=True)                         # another run that wrote the same output pruned it first
 
     def _write_target(self, relative: str) -> tuple[Path, PurePosixPath]:
         """The unresolved path of ``relative`` and its workspace-relative form; refused when it leaves the

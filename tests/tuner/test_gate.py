@@ -102,6 +102,19 @@ def test_an_output_keeps_its_newest_backups_and_no_other_backup_is_touched(works
     assert sum(name.startswith("kernel_plan.") for name in kept) == 6                     # every plan backup stays
 
 
+def test_a_backup_another_run_pruned_first_is_no_error(workspace, monkeypatch):
+    """Two runs that end together both write the report and prune its backups: one finds gone what it listed."""
+    ws = Workspace.at(workspace)
+    for i in range(OUTPUT_BACKUPS + 1):
+        ws.write("output", "results/report.html", f"<p>{i}</p>")
+    gone = workspace / BACKUP_DIR / "results__report.20000101T000000000000Z.html"      # listed, then pruned by the other run
+    listed = Path.iterdir
+    monkeypatch.setattr(Path, "iterdir", lambda self: [*listed(self), gone] if self == workspace / BACKUP_DIR else listed(self))
+    ws.write("output", "results/report.html", "<p>last</p>")
+    assert (workspace / "results" / "report.html").read_text() == "<p>last</p>"
+    assert len(list((workspace / BACKUP_DIR).glob("results__report.*"))) == OUTPUT_BACKUPS
+
+
 def test_gate_refuses_regressions_and_incorrect_plans(ctx):
     service.apply_candidate(ctx, "tensor_plan_iteration2_neighborhood_best", dry_run=False)
     worse = service.apply_candidate(ctx, "tensor_plan_attempt1_best", dry_run=False)
