@@ -115,17 +115,20 @@ class Workspace:
         target, rel = self._write_target(relative)
         _check_kind(kind, rel)
         backup = None
+        exists = WorkspaceError(f"{rel} exists; replacing it needs overwrite=true (--overwrite on the command line; a backup is kept)")
         if target.exists():
             if not replace:
-                raise WorkspaceError(f"{rel} exists; replacing it needs overwrite=true (--overwrite on the command line; "
-                                     "a backup is kept)")
+                raise exists
             if kind == "result" and not _is_result(target):
                 raise WorkspaceError(f"{rel} is not an earlier result file; a result may replace only a result")
             name = backup_name or str(rel.with_suffix("")).replace("/", "__")
             backup = self.backup(target, name)
             if kind == "output":
                 self._prune_backups(name, target.suffix, OUTPUT_BACKUPS)
-        atomic_write(target, text)
+        try:
+            atomic_write(target, text, replace)
+        except FileExistsError:
+            raise exists from None                              # another process made it since the check above
         return backup
 
     def backup(self, source: Path, name: str) -> str:
@@ -291,8 +294,24 @@ def check_name(name: str, what: str) -> str:
     return name
 
 
-def atomic_write(path: Path, text: str) -> None:
-    """Replace ``path`` with ``text`` atomically (temp file in the same folder, fsync, rename), keeping its mode."""
+def _linked(temp: str, path: Path) -> bool:
+    """Whether ``temp`` became ``path`` through a hard link, which never replaces a file (``FileExistsError``); ``False``
+    on a file system without hard links, where ``path`` does not exist yet."""
+    try:
+        os.link(temp, path)
+    except FileExistsError:
+        raise
+    except OSError:
+        if path.exists():
+            raise FileExistsError(path) from None
+        return False
+    os.unlink(temp)
+    return True
+
+
+def atomic_write(path: Path, text: str, replace: bool = True) -> None:
+    """Replace ``path`` with ``text`` atomically (temp file in the same folder, fsync, rename), keeping its mode;
+    ``replace=False``: create it, ``FileExistsError`` when it exists (a hard link, which never replaces)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = path.stat().st_mode & 0o777 if path.is_file() else 0o644      # a replaced file keeps its mode
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
@@ -302,7 +321,8 @@ def atomic_write(path: Path, text: str) -> None:
             handle.write(text)
             handle.flush()
             os.fsync(handle.fileno())
-        os.replace(temp, path)
+        if replace or not _linked(temp, path):
+            os.replace(temp, path)
     except BaseException:
         Path(temp).unlink(missing_ok=True)
         raise

@@ -3,14 +3,16 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import numpy as np
 import pytest
+from conftest import ROOT
 
 from tuner import gate, service
 from tuner.objectives.builtin import BuiltinObjective
-from tuner.workspace import BACKUP_DIR, OUTPUT_BACKUPS, Workspace, WorkspaceError
+from tuner.workspace import BACKUP_DIR, OUTPUT_BACKUPS, Workspace, WorkspaceError, atomic_write
 
 
 def test_apply_is_a_dry_run_unless_told(ctx, workspace):
@@ -144,6 +146,29 @@ def test_export_fixture_and_record_result(ctx, workspace):
     final = service.run_objective(ctx, "final")["best_cycles"]
     assert written["metrics"]["best_cycles"] == written["metrics"]["score"] == final
     assert written["used_harness_tools"] == ["run_objective", "trace_summary", "search_plans"]
+
+
+def test_a_fixture_made_meanwhile_by_another_export_is_not_replaced(ctx, workspace, monkeypatch):
+    """Two exports of one name at once: both find no file, and the second used to replace the first's without a backup."""
+    theirs = workspace / "fixtures" / "next_seed.json"
+    theirs.write_text('{"theirs": true}')
+    found = Path.exists
+    monkeypatch.setattr(Path, "exists", lambda self: False if self == theirs else found(self))     # checked before they wrote it
+    with pytest.raises(WorkspaceError, match=r"next_seed\.json exists"):
+        service.export_candidate_fixture(ctx, "next_seed", "tensor_plan_iteration2_neighborhood_best")
+    assert theirs.read_text() == '{"theirs": true}' and not gate.backups(ctx.workspace)
+    assert {p.name for p in theirs.parent.iterdir()} == {p.name for p in (ROOT / "fixtures").iterdir()} | {"next_seed.json"}  # no temp file
+
+
+def test_atomic_write_creates_on_a_file_system_without_hard_links(tmp_path, monkeypatch):
+    def refused(*_):
+        raise PermissionError(1, "Operation not permitted")
+
+    monkeypatch.setattr(os, "link", refused)
+    atomic_write(tmp_path / "new.json", "{}", replace=False)
+    with pytest.raises(FileExistsError):
+        atomic_write(tmp_path / "new.json", "[]", replace=False)
+    assert (tmp_path / "new.json").read_text() == "{}" and [p.name for p in tmp_path.iterdir()] == ["new.json"]
 
 
 @pytest.mark.parametrize("bad", ["../outside", "/etc/passwd", "a/../../b"])
