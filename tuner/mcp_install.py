@@ -75,9 +75,13 @@ def install(args: argparse.Namespace) -> int:
     except ValueError as exc:                           # not UTF-8, not JSON, not an object of servers
         print(f"tuner mcp install: error: cannot merge into {target}: {exc}", file=sys.stderr)
         return 2
-    if args.write:
+    shown = target.relative_to(workspace.root)
+    if args.write and text == existing:
+        print(f"{shown} already holds this entry")
+    elif args.write:
+        backup = workspace.backup(target, str(shown.with_suffix("")).replace("/", "__")) if existing is not None else None
         atomic_write(target, text)
-        print(f"wrote {target.relative_to(workspace.root)}")
+        print(f"wrote {shown}" + (f" (the file it replaced: {backup})" if backup else ""))
     else:
         sys.stdout.write(text)
     return 0

@@ -122,10 +122,14 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
     claude = json.loads(tuner("--client", "claude").stdout)["mcpServers"]["tensor-plan-server"]
     assert claude["command"] == sys.executable and claude["args"][0].endswith("tensor_plan_server.py")   # absolute interpreter
     (workspace / ".vscode").mkdir()
-    (workspace / ".vscode" / "mcp.json").write_text('{"servers": {"other": {"type": "stdio", "command": "x"}}}')
-    assert tuner("--client", "vscode", "--write").returncode == 0
+    theirs = '{"servers": {"other": {"type": "stdio", "command": "x"}}}'
+    (workspace / ".vscode" / "mcp.json").write_text(theirs)
+    wrote = tuner("--client", "vscode", "--write")
+    assert wrote.returncode == 0 and "the file it replaced: .harnessgym/backups/.vscode__mcp." in wrote.stdout
+    assert (workspace / wrote.stdout.split(": ")[-1].strip().rstrip(")")).read_text() == theirs      # as the user wrote it
     merged = json.loads((workspace / ".vscode" / "mcp.json").read_text())["servers"]
     assert set(merged) == {"other", "tensor-plan-server"} and merged["tensor-plan-server"]["type"] == "stdio"
+    assert tuner("--client", "vscode", "--write").stdout == ".vscode/mcp.json already holds this entry\n"
     assert tuner("--client", "codex", "--write").returncode == 0
     assert tuner("--client", "codex", "--write").returncode == 0
     toml = (workspace / ".codex" / "config.toml").read_text()
