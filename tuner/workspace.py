@@ -248,16 +248,30 @@ def _check_kind(kind: str, rel: PurePosixPath) -> None:
                                 "result": "(a .json file outside .git, manifests, backups, studies, fixtures, code and the plan)"}[kind])
 
 
+class DuplicateKeyError(ValueError):
+    """A JSON object that names one key twice: which value was meant is not known (Python's parser keeps the last)."""
+
+
+def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    data = dict(pairs)
+    if len(data) < len(pairs):
+        seen: set[str] = set()
+        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        raise DuplicateKeyError(f"key {quoted(twice)} appears twice in one object")
+    return data
+
+
 def loads(text: str | bytes) -> Any:
     """``json.loads`` for text from outside (files, a benchmark's output): whatever Python's parser cannot
     hold, nesting past its recursion limit or an integer of more than 4,300 digits, is a ``ValueError`` too,
-    as malformed JSON (``json.JSONDecodeError``) and bytes that are not UTF-8 are."""
+    as malformed JSON (``json.JSONDecodeError``), bytes that are not UTF-8 and an object that names a key twice
+    (:class:`DuplicateKeyError`) are."""
     try:
-        return json.loads(text)
+        return json.loads(text, object_pairs_hook=_unique)
     except RecursionError:
         raise ValueError("nested too deeply") from None
     except ValueError as exc:
-        if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError):
+        if isinstance(exc, json.JSONDecodeError | UnicodeDecodeError | DuplicateKeyError):
             raise
         raise ValueError("a number too long to read") from None       # int_max_str_digits
 

@@ -86,6 +86,7 @@ MALFORMED = {
     "empty file": ("", ["not valid JSON"]),
     "nested past the parser's recursion": ("[" * 100_000, ["not valid JSON: nested too deeply"]),
     "an integer past the parser's digits": ('{"block_m": ' + "1" * 5000 + "}", ["not valid JSON: a number too long to read"]),
+    "a knob given twice": (json.dumps(BASE)[:-1] + ', "num_warps": 8}', ["not valid JSON: key 'num_warps' appears twice"]),
     "an integer past a float": (json.dumps(dict(BASE, block_m=10**400)), ["block_m", "16, 32, 48, 64, 80, 96, 128"]),
     "negative value": (json.dumps(dict(BASE, scratchpad_kb=-64)), ["scratchpad_kb", "-64", "48, 64, 96, 128, 160, 192"]),
 }

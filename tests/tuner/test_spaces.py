@@ -265,6 +265,7 @@ def _gz(data) -> bytes:
     (_gz({"results": [_t4_result({"a": 1}, 1.0), _t4_result({"b": 1}, 2.0)]}), "results[1] configures ['b'], results[0] ['a']"),
     (gzip.compress(b"[" * 100_000), "is not valid JSON: nested too deeply"),
     (gzip.compress(b'{"tune_params": {"a": [' + b"1" * 5000 + b"]}}"), "is not valid JSON: a number too long to read"),
+    (gzip.compress(b'{"tune_params": {"a": [1], "a": [2]}, "cache": {}}'), "is not valid JSON: key 'a' appears twice in one object"),
     (_gz({"tune_params": {"a": [1, 10**400]}, "tune_params_keys": ["a"], "cache": {}}), "knob 'a': value 1000000"),
     (_gz({"tune_params": {"a": [1, float("nan")]}, "tune_params_keys": ["a"], "cache": {}}), "knob 'a': value NaN is not allowed"),
 ])
