@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import sqlite3
 import subprocess
 import time
 from collections.abc import Callable
@@ -139,6 +140,12 @@ def running(pid: int) -> bool:
     except FileNotFoundError:
         return False
     return state not in ("Z", "X")
+
+
+def reading(database: Path) -> sqlite3.Connection:
+    """A connection that reads ``database`` and never creates it: a test that polls a history while a tuner makes it
+    must not make the file (or hold it) first."""
+    return sqlite3.connect(f"file:{database}?mode=ro", uri=True)
 
 
 def until(done: Callable[[], bool], process: subprocess.Popen, limit_s: float = 300.0) -> bool:

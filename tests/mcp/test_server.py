@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from conftest import child_env
+from conftest import child_env, reading
 from mcp import Client, StdioServerParameters
 
 TOOLS = {"run_objective", "trace_summary", "validate_plan", "resume_search_history", "local_neighborhood_search",
@@ -150,7 +150,7 @@ async def test_cancelled_search_stops_in_the_server(workspace):
 
     def sweep():
         try:
-            with sqlite3.connect(workspace / "studies" / "history.db") as conn:
+            with reading(workspace / "studies" / "history.db") as conn:
                 return conn.execute("select state, evaluations from tuner_sweeps").fetchone()
         except sqlite3.OperationalError:
             return None

@@ -13,7 +13,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, until
+from conftest import ROOT, reading, until
 
 
 def tuner(workspace, *args, timeout=300):
@@ -231,7 +231,7 @@ def test_ctrl_c_exits_130_with_one_line_and_keeps_the_progress(workspace):
 
     def scored() -> int:
         try:
-            with sqlite3.connect(database) as connection:
+            with reading(database) as connection:
                 return connection.execute("select count(*) from tuner_evaluations").fetchone()[0]
         except sqlite3.OperationalError:
             return 0

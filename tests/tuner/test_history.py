@@ -13,7 +13,7 @@ import time
 import numpy as np
 import optuna
 import pytest
-from conftest import ROOT
+from conftest import ROOT, reading
 
 from tuner.history import History, HistoryUnavailable, Row, TrialRecord, resolve_url
 from tuner.plan import SPACE, encode, plan_hash
@@ -73,7 +73,7 @@ def test_an_in_memory_history_reads_as_empty_and_refuses_to_be_written():
 def _sweep(db):
     """The sweep record, or ``None`` while the searching process has not written one yet."""
     try:
-        with sqlite3.connect(db) as conn:
+        with reading(db) as conn:
             row = conn.execute("select evaluations, progress, state from tuner_sweeps").fetchone()
     except sqlite3.OperationalError:                  # tables not created yet
         return None
