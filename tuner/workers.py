@@ -54,7 +54,7 @@ def slot_environments(count: int, assignments: list[str]) -> list[dict[str, str]
 def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple[dict[str, Any], int]:
     """Run ``python -m tuner ARGV`` in ``count`` worker processes and wait for all of them (an interrupt reaches
     them too: each saves its work; SIGTERM and SIGHUP are passed on). The combined result, ranked in ``mode``, and the first
-    failing exit status (else 0)."""
+    failing exit status, else 1 when no configuration ran in any worker, else 0."""
     environments = slot_environments(count, assignments)
     command = [sys.executable, "-m", "tuner", *argv, "--workers", "1", "--json"]
     processes = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**env, COORDINATED: "1"}, text=True)
@@ -81,7 +81,10 @@ def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple
             results.append(json.loads(out))
         except json.JSONDecodeError:
             results.append(None)
-    return combine(results, codes, mode), next((code for code in codes if code), 0)
+    combined = combine(results, codes, mode)
+    nothing_ran = [code == 1 and result is not None and result.get("best") is None for code, result in zip(codes, results, strict=True)]
+    failing = (code for code, own in zip(codes, nothing_ran, strict=True) if code and not own)    # a worker that saw nothing run:
+    return combined, next(failing, 1 if combined["best"] is None else 0)                          # the study's best decides
 
 
 def stop_with_coordinator() -> None:

@@ -322,8 +322,8 @@ def test_the_main_job_on_a_program_that_cannot_run_says_why_on_one_line(tmp_path
     toy_cache(tmp_path, {(32, 1): 1.0})
     (tmp_path / "bench.py").write_text("import json, sys\nimport nonexistent_module\n")
     monkeypatch.chdir(tmp_path)
-    assert main(["--workspace", str(tmp_path), "--objective", "command:bench.py", "--space", "toy.json.gz", "run", "--time-s", "3"]) == 0
-    out, err = capsys.readouterr()
+    assert main(["--workspace", str(tmp_path), "--objective", "command:bench.py", "--space", "toy.json.gz", "run", "--time-s", "3"]) == 1
+    out, err = capsys.readouterr()                                            # 1: no configuration ran, the objective failed
     why = ("the space's default cannot run: bench.py exited 1: Traceback (most recent call last): ... "
            "ModuleNotFoundError: No module named 'nonexistent_module'")
     assert err.splitlines()[0] == why and out.splitlines()[0].startswith(f"{why} (configuration "), (out, err)
