@@ -16,6 +16,7 @@ import json
 import os
 import re
 import tempfile
+from collections import Counter
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -253,10 +254,10 @@ class DuplicateKeyError(ValueError):
 
 
 def _unique(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    """The object of ``pairs``; :class:`DuplicateKeyError` naming the first key given twice."""
     data = dict(pairs)
     if len(data) < len(pairs):
-        seen: set[str] = set()
-        twice = next(key for key, _ in pairs if key in seen or seen.add(key))
+        twice = next(key for key, count in Counter(key for key, _ in pairs).items() if count > 1)
         raise DuplicateKeyError(f"key {quoted(twice)} appears twice in one object")
     return data
 
