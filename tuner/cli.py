@@ -316,7 +316,8 @@ def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
 
     base = result["baseline"]
     if ctx.is_plan:
-        lines = [f"baseline: dev {base['dev']:,} cycles, final {base['final']:,} cycles (plan {base['plan_hash']})"]
+        lines = [f"baseline: dev {value(base['dev'])}, final {value(base['final'])} (plan {base['plan_hash']})"
+                 + (f": {service.brief(base['reason'])}" if base.get("reason") else "")]
     else:
         lines = [f"the space's default: {mode} {value(base[mode])} (configuration {base['plan_hash']})" if base[mode] is not None
                  else f"the space's default cannot run: {service.brief(base['reason'])} (configuration {base['plan_hash']})"]
@@ -346,7 +347,7 @@ def _render_tensor_winner(result: dict[str, Any], ctx: service.Context) -> list[
         return ["no candidate passed the gate: " + "; ".join(result["gate"].get("reasons", []))]
     best, speed = result["best"], result["speedup"]
     lines = [f"best: dev {best['dev']:,} cycles, final {best['final']:,} cycles (plan {best['plan_hash']}, correct in both modes)",
-             f"speedup: dev {speed['dev']:.2f}x, final {speed['final']:.2f}x"]
+             "speedup: " + (", ".join(f"{mode} {ratio:.2f}x" for mode, ratio in speed.items()) or "- (the baseline cannot run)")]
     comps = result["winner_trace"]["components"]
     lines.append("winner's final trace: " + ", ".join(f"{k} {v['share']:.0%}" for k, v in comps.items() if v["share"] >= 0.01))
     applied = "applied" in result

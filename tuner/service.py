@@ -766,11 +766,15 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     candidate_hash = verified.get("candidate_hash")
     outcome: dict[str, Any] = {"baseline": {"plan_hash": plan_hash(baseline), **{m: base[m]["best_cycles"] for m in MODES}},
                                "gate": verified, "steps": steps}
+    failing = [m for m in MODES if base[m]["best_cycles"] is None]     # a plan edited into one that cannot run
+    if failing:
+        outcome["baseline"]["reason"] = ctx.objective.report(baseline, failing[0]).get("reason")
     if verified.get("passed"):
         cand = verified["candidate"]
         outcome["best"] = {"plan_hash": candidate_hash, **{m: cand[m]["best_cycles"] for m in MODES},
                            "correct": cand["dev"]["correct"] and cand["final"]["correct"]}
-        outcome["speedup"] = {m: round(base[m]["best_cycles"] / cand[m]["best_cycles"], 3) for m in MODES}
+        outcome["speedup"] = {m: round(base[m]["best_cycles"] / cand[m]["best_cycles"], 3) for m in MODES
+                              if base[m]["best_cycles"] is not None}                      # none over a baseline that cannot run
         best_plan = baseline | {knob: change["to"] for knob, change in verified["diff"].items()}    # gated against the baseline
         outcome["winner_trace"] = {k: v for k, v in trace_summary(ctx, best_plan, "final").items()
                                    if k in ("components", "hotspot", "findings")}

@@ -168,6 +168,19 @@ def test_the_main_job_says_which_searches_its_time_budget_left_unrun(workspace):
     assert "not run, the time budget (0.001 s) spent: checkpoint, exhaustive (iteration3_dev_core)" in out.stderr
 
 
+def test_the_main_job_from_a_plan_that_cannot_run_in_final_says_why_and_finds_a_winner(workspace):
+    """An edit left kernel_plan.json valid but unable to run its final cases: the job ended in a TypeError (a speedup
+    over no cycles). It says why the baseline cannot run, and gives the speedup where the baseline has cycles."""
+    plan = json.loads((workspace / "kernel_plan.json").read_text()) | {"block_m": 80, "block_n": 32, "block_k": 64, "dma_stages": 3,
+                                                                         "accum": "pairwise", "scratchpad_kb": 48}
+    (workspace / "kernel_plan.json").write_text(json.dumps(plan))
+    out = tuner(workspace, "run", "--time-s", "0.001")
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    first = out.stdout.splitlines()[0]
+    assert first.startswith("baseline: dev ") and ", final cannot run (plan " in first and "scratchpad footprint" in first, first
+    assert "\nspeedup: dev " in out.stdout and "x, final" not in out.stdout
+
+
 def test_every_option_has_help_and_the_default_output_is_readable(workspace):
     from tuner.cli import parser
 
