@@ -155,6 +155,7 @@ class ResumeResult(Strict):
     seeds: list[PlanRow]
     searches: list[Sweep]
     profiles_not_swept: list[str]
+    unreadable_fixtures: dict[str, str] | None = Field(None, description="fixtures left out, each with why it cannot be read as a plan")
 
 
 class Change(Strict):
@@ -257,6 +258,7 @@ class CompareResult(Strict):
     rows: list[PlanRow]
     best_verified: PlanRow | None
     current_is_best: bool
+    unreadable_fixtures: dict[str, str] | None = Field(None, description="fixtures left out, each with why it cannot be read as a plan")
 
 
 class Ranked(Strict):

@@ -463,14 +463,18 @@ def _rank_key(ctx: Context) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
                       r["plan_hash"])
 
 
-def _fixture_rows(ctx: Context) -> list[dict[str, Any]]:
+def _fixture_rows(ctx: Context, unreadable: dict[str, str] | None = None) -> list[dict[str, Any]]:
+    """A row per fixture (scored in every mode); those that cannot be read as a plan are left out, each with why
+    in ``unreadable``."""
     if not ctx.is_plan:
         return []
     rows = []
     for name in ctx.workspace.fixture_names():
         try:
             plan = ctx.workspace.resolve_plan(name)[0]
-        except (WorkspaceError, PlanError):
+        except (WorkspaceError, PlanError) as exc:
+            if unreadable is not None:
+                unreadable[name] = str(exc)
             continue
         rows.append(_plan_row(ctx, f"fixture:{name}", plan, _measure(ctx, plan)))
     return rows
@@ -489,9 +493,9 @@ def _history_rows(ctx: Context, limit: int) -> list[dict[str, Any]]:
     return out
 
 
-def _seeds(ctx: Context, limit: int) -> list[dict[str, Any]]:
+def _seeds(ctx: Context, limit: int, unreadable: dict[str, str] | None = None) -> list[dict[str, Any]]:
     first = ctx.objective.modes[0]
-    rows = [r for r in _fixture_rows(ctx) + _history_rows(ctx, limit) if r["correct"] and r[first] is not None]
+    rows = [r for r in _fixture_rows(ctx, unreadable) + _history_rows(ctx, limit) if r["correct"] and r[first] is not None]
     unique: dict[str, dict[str, Any]] = {}
     for r in sorted(rows, key=lambda r: (*_rank_key(ctx)(r), r["source"])):
         unique.setdefault(r["plan_hash"], r)
@@ -510,8 +514,10 @@ def resume_search_history(ctx: Context, limit: int = 5) -> dict[str, Any]:
               | ({"state": "lost"} if s["state"] == "running" and s["study_name"] not in at_work else {})
               for s in ctx.history.sweeps() if s["objective"] == ctx.objective.name]
     done_profiles = {s["target"].removeprefix("profile:") for s in sweeps if s["strategy"] == "exhaustive" and s["state"] == "done"}
-    return {"seeds": _seeds(ctx, int(limit)), "searches": sweeps,
-            "profiles_not_swept": [p for p in profile_names(ctx.objective.space, *_profile_folders(ctx)) if p not in done_profiles]}
+    unreadable: dict[str, str] = {}
+    out = {"seeds": _seeds(ctx, int(limit), unreadable), "searches": sweeps,
+           "profiles_not_swept": [p for p in profile_names(ctx.objective.space, *_profile_folders(ctx)) if p not in done_profiles]}
+    return out | ({"unreadable_fixtures": unreadable} if unreadable else {})
 
 
 def _study_bests(ctx: Context, per_study: int = 5) -> list[dict[str, Any]]:
@@ -557,7 +563,8 @@ def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
     last = _first_last(ctx)[1]
     current, label = _plan(ctx, None)
     cm = _measure(ctx, current)
-    rows = [_plan_row(ctx, "current" if ctx.is_plan else label, current, cm), *_fixture_rows(ctx)]
+    unreadable: dict[str, str] = {}
+    rows = [_plan_row(ctx, "current" if ctx.is_plan else label, current, cm), *_fixture_rows(ctx, unreadable)]
     rows += [{"source": f"study:{b['study']}", "plan_hash": b["plan_hash"], "plan": b["plan"],
               **{m: b[m] for m in ctx.objective.modes}, "correct": True} for b in _study_bests(ctx)]
     rows.sort(key=_rank_key(ctx))
@@ -565,7 +572,8 @@ def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
                 and (cm[last]["best_cycles"] is None or r[last] <= cm[last]["best_cycles"])]
     best = verified[0] if verified else None
     return {"rows": [{k: v for k, v in r.items() if k != "plan"} for r in rows[:int(limit)]], "best_verified": best,
-            "current_is_best": best is not None and best["plan_hash"] == ctx.objective.space.hash(current)}
+            "current_is_best": best is not None and best["plan_hash"] == ctx.objective.space.hash(current)} | (
+            {"unreadable_fixtures": unreadable} if unreadable else {})
 
 
 # --- gate, apply, fixtures, results -----------------------------------------------------------
@@ -748,6 +756,8 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     steps.append({"step": "trace_summary", "findings": trace.get("findings", [])[:5]})
     resumed = resume_search_history(ctx)
     steps.append({"step": "resume_search_history", "seeds": len(resumed["seeds"]), "searches": len(resumed["searches"])})
+    for name, reason in resumed.get("unreadable_fixtures", {}).items():
+        _log(ctx, f"fixture {name!r} left out, not a plan: {reason}")
     seeds = resumed["seeds"]
     # the local search starts from the best fixture (fixed inputs), so a rerun resumes the same search and,
     # having nothing new to explore, proposes the same winner; the history's seeds compete at the gate

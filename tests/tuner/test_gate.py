@@ -135,6 +135,20 @@ def test_apply_best_verified_picks_a_gated_improvement(ctx, workspace):
     assert report["candidate"]["final"]["best_cycles"] <= report["current"]["final"]["best_cycles"]
 
 
+def test_a_fixture_that_is_not_a_plan_is_left_out_and_named(ctx, workspace):
+    (workspace / "fixtures" / "typo.json").write_text('{"plan": {"block_m": 64,}}')
+    (workspace / "fixtures" / "partial.json").write_text('{"plan": {"block_m": 3}}')
+    compared, resumed = service.compare_history(ctx), service.resume_search_history(ctx)
+    for result in (compared, resumed):
+        assert sorted(result["unreadable_fixtures"]) == ["partial", "typo"]
+        assert "cannot be read as JSON" in result["unreadable_fixtures"]["typo"]
+        assert "knob 'block_m': value 3 is not allowed" in result["unreadable_fixtures"]["partial"]
+    assert {r["source"] for r in compared["rows"]} >= {"fixture:tensor_plan_attempt1_best", "fixture:baseline_row_major"}
+    (workspace / "fixtures" / "typo.json").unlink()
+    (workspace / "fixtures" / "partial.json").unlink()
+    assert "unreadable_fixtures" not in service.compare_history(ctx)
+
+
 def test_export_fixture_and_record_result(ctx, workspace):
     exported = service.export_candidate_fixture(ctx, "next_seed", "tensor_plan_iteration2_neighborhood_best", note="t")
     fixture = json.loads((workspace / exported["path"]).read_text())
