@@ -141,13 +141,9 @@ class Workspace:
         for attempt in range(100):
             path = folder / f"{name}.{stamp}{f'-{attempt}' if attempt else ''}{source.suffix}"
             try:
-                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o644)
+                atomic_write(path, data, replace=False)         # whole or not at all: a rollback restores it as it was
             except FileExistsError:
                 continue
-            with os.fdopen(fd, "wb") as handle:
-                handle.write(data)
-                handle.flush()
-                os.fsync(handle.fileno())
             return f"{BACKUP_DIR}/{path.name}"
         raise WorkspaceError(f"cannot name a new backup of {name}")
 
@@ -324,16 +320,16 @@ def _linked(temp: str, path: Path) -> bool:
     return True
 
 
-def atomic_write(path: Path, text: str, replace: bool = True) -> None:
-    """Replace ``path`` with ``text`` atomically (temp file in the same folder, fsync, rename), keeping its mode;
-    ``replace=False``: create it, ``FileExistsError`` when it exists (a hard link, which never replaces)."""
+def atomic_write(path: Path, text: str | bytes, replace: bool = True) -> None:
+    """Replace ``path`` with ``text`` (UTF-8) or bytes atomically (temp file in the same folder, fsync, rename), keeping
+    its mode; ``replace=False``: create it, ``FileExistsError`` when it exists (a hard link, which never replaces)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = path.stat().st_mode & 0o777 if path.is_file() else 0o644      # a replaced file keeps its mode
     fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         os.fchmod(fd, mode)
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(text.encode() if isinstance(text, str) else text)
             handle.flush()
             os.fsync(handle.fileno())
         if replace or not _linked(temp, path):

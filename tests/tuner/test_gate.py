@@ -174,6 +174,20 @@ def test_a_fixture_made_meanwhile_by_another_export_is_not_replaced(ctx, workspa
     assert {p.name for p in theirs.parent.iterdir()} == {p.name for p in (ROOT / "fixtures").iterdir()} | {"next_seed.json"}  # no temp file
 
 
+def test_a_write_that_fails_midway_leaves_no_partial_backup_and_the_plan_as_it_was(workspace, monkeypatch):
+    """A full disk while the backup is written: the backup is whole or absent (a rollback restores it as the plan)."""
+    before = (workspace / "kernel_plan.json").read_text()
+
+    def disk_full(_):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(os, "fsync", disk_full)
+    with pytest.raises(OSError, match="No space left"):
+        Workspace.at(workspace).write("plan", "kernel_plan.json", before.replace("row_major", "blocked"))
+    assert (workspace / "kernel_plan.json").read_text() == before
+    assert not list((workspace / BACKUP_DIR).iterdir())
+
+
 def test_atomic_write_creates_on_a_file_system_without_hard_links(tmp_path, monkeypatch):
     def refused(*_):
         raise PermissionError(1, "Operation not permitted")
