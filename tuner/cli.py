@@ -332,8 +332,7 @@ def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
         resumed = f", resumed after {step['resumed_from']:,}" if step.get("resumed_from") else ""
         found = step[f"best_{mode}"]
         best = f"best {mode} {value(found)}" if found is not None else "nothing correct" if ctx.is_plan else "nothing ran"
-        count = f"{step['evaluations']:,} evaluation{'' if step['evaluations'] == 1 else 's'}"
-        lines.append(f"  {what}: {count}{resumed}, {best}, stopped: {step['stopped']}")
+        lines.append(f"  {what}: {service.counted(step['evaluations'], 'evaluation')}{resumed}, {best}, stopped: {step['stopped']}")
     lines += _render_tensor_winner(result, ctx) if ctx.is_plan else _render_best(result, mode, value)
     lines.append(f"history: {shown_url(ctx.history_url)}")
     if result.get("report"):

@@ -165,6 +165,11 @@ class Context:
                                f"not on {self.objective_kind}")
 
 
+def counted(number: int, noun: str) -> str:
+    """``1 evaluation``, ``2,000 evaluations``."""
+    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+
+
 def brief(reason: str | None) -> str:
     """A failure's reason on one line: its first and last lines, where a program's stderr makes it several."""
     lines = [line.strip() for line in (reason or "no reason given").splitlines() if line.strip()] or ["no reason given"]
@@ -815,7 +820,8 @@ def _run_searches(ctx: Context, deadline: float, time_s: float,
         best = s["best"][mode] if s["best"] else None
         steps.append({"step": s["strategy"], "target": s["target"], "study": s["study"], "evaluations": s["evaluations"],
                       "resumed_from": s["evaluations"] - s["new_evaluations"], "stopped": s["stopped"], f"best_{mode}": best})
-        _log(ctx, f"{s['strategy']} ({s['target']}): {s['evaluations']:,} evaluations, best {mode} {ctx.shown(best)} ({s['stopped']})")
+        scored = counted(s["evaluations"], "evaluation")
+        _log(ctx, f"{s['strategy']} ({s['target']}): {scored}, best {mode} {ctx.shown(best)} ({s['stopped']})")
     return steps
 
 
