@@ -268,6 +268,11 @@ class Space:
                 rows[np.ix_(bad, positions)] = np.stack([rng.integers(0, self.sizes[p], len(bad)) for p in positions], axis=1)
         return rows[self.allowed(rows)]
 
+    def unsatisfiable(self) -> tuple[str, ...]:
+        """Restrictions that no values of the knobs they link pass together, so that the space allows no configuration
+        (empty when there are none among the groups of linked knobs that :meth:`draw` lists)."""
+        return next((conditions for _, conditions, table in self._groups if table is not None and not len(table)), ())
+
     @cached_property
     def _groups(self) -> list[tuple[np.ndarray, tuple[str, ...], np.ndarray | None]]:
         """The knobs that restrictions link (a restriction links the knobs it names), as groups: their positions,

@@ -278,6 +278,20 @@ def test_bad_caches_exit_2_with_one_line_and_write_nothing(tmp_path, content, fr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+@pytest.mark.parametrize("command", [("search_plans", "--max-evals", "5"), ("local_neighborhood_search",), ("run", "--time-s", "5"),
+                                     ("bounded_exhaustive_search", "--profile", "all")])
+def test_a_space_whose_restrictions_allow_nothing_exits_2_naming_them_and_writes_nothing(tmp_path, command):
+    """A restriction with a typo (``bx > 1280``) used to give a search of no evaluation, no failure and no best."""
+    toy_cache(tmp_path, {(32, 1): 1.0})
+    (tmp_path / "never.t1.json").write_text(json.dumps(t1([{"Name": "bx", "Values": [32, 64, 128]}, {"Name": "tile", "Values": [1, 2]}],
+                                                          ["bx > 1280", "tile >= 1"])))
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = _cli("--objective", "cache:toy.json.gz", "--space", "never.t1.json", *command, cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.endswith("allow no configuration: no values of the knobs they name pass 'bx > 1280' "
+                                                       "together\n"), out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 def test_a_file_is_read_only_up_to_its_bound_even_when_its_compressed_form_is_small(tmp_path, monkeypatch):
     """A few kB of gzip can hold gigabytes (a "zip bomb"): no more than the bound is ever decompressed, and a file
     past it is refused by name; one at the bound is read."""
