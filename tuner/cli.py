@@ -1,9 +1,10 @@
 """``python -m tuner``: a subcommand per service function; readable output, or JSON with ``--json``.
 
 Exit status: 0 done; 1 the tool refused (the gate failed, the plan is invalid) or the objective
-failed; 2 bad input, with one clear line on stderr; 130 interrupted (Ctrl-C), 143 terminated (SIGTERM, as
-sent by ``timeout``, a job scheduler or ``kill``), 129 hung up (SIGHUP: the terminal or SSH session closed),
-each with one line saying the progress is saved and how to resume. No user-reachable path prints a traceback.
+failed (a search in which no configuration ran); 2 bad input, with one clear line on stderr; 130 interrupted
+(Ctrl-C), 143 terminated (SIGTERM, as sent by ``timeout``, a job scheduler or ``kill``), 129 hung up (SIGHUP: the
+terminal or SSH session closed), each with one line saying the progress is saved and how to resume. No user-reachable
+path prints a traceback.
 """
 
 from __future__ import annotations
@@ -261,7 +262,8 @@ def parser() -> argparse.ArgumentParser:
     top = _Parser(prog="tuner", description=(
         "Tune a kernel: the tensor plan (kernel_plan.json against benchmark.py, best_cycles), a measured cache (cache:PATH) "
         "or your own kernel's program over a T1 space (command:PROGRAM); lower is better. "
-        "Exit status: 0 done, 1 refused or failed, 2 bad input, 130 interrupted, 143 terminated (SIGTERM), 129 hung up (SIGHUP)."))
+        "Exit status: 0 done, 1 refused or failed (no configuration of a search ran), 2 bad input, 130 interrupted, "
+        "143 terminated (SIGTERM), 129 hung up (SIGHUP)."))
     _problem_options(top, defaults=True)
     top.add_argument("--json", action="store_true", help="print the result as JSON (default: readable text)")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
