@@ -383,8 +383,11 @@ def _run_workers(args: argparse.Namespace, argv: list[str]) -> int:
     """The search of ``argv`` in ``args.workers`` local processes on one study; the input is checked once, here."""
     try:
         ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command)
-        mode = ctx.objective.modes[0]
-        ctx.close()
+        try:
+            mode = ctx.objective.modes[0]
+            service.require_some_configuration(ctx)
+        finally:
+            ctx.close()
         result, code = workers.run(argv, args.workers, args.worker_env, mode)
     except INPUT_ERRORS as exc:
         print(f"tuner {args.command}: error: {str(exc)[:MAX_PATH_CHARS * 2]}", file=sys.stderr)

@@ -369,7 +369,7 @@ def candidate_diff(ctx: Context, candidate: str | dict[str, Any], against: str |
 
 # --- searches ---------------------------------------------------------------------------------
 
-def _some_configuration_allowed(ctx: Context) -> None:
+def require_some_configuration(ctx: Context) -> None:
     """:class:`ServiceError` when the space's restrictions allow no configuration at all: no search could score one."""
     if ctx.objective.space.conditions and (never := ctx.objective.space.unsatisfiable()):
         raise ServiceError(f"the space's restrictions allow no configuration: no values of the knobs they name pass "
@@ -377,7 +377,7 @@ def _some_configuration_allowed(ctx: Context) -> None:
 
 
 def _search(ctx: Context, spec: Spec) -> dict[str, Any]:
-    _some_configuration_allowed(ctx)
+    require_some_configuration(ctx)
     search = Search(ctx.history, ctx.objective, spec, progress=ctx.progress, should_stop=ctx.should_stop)
     try:                                            # a search that converged before has nothing left to do: it reports
         outcome: Outcome = search.finish(search.top(), "converged") if search.converged else STRATEGIES[spec.strategy](search)
@@ -838,7 +838,7 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
     default scored (``None`` where it cannot run), ``checkpoint`` from it (within half the time) and ``quick``, then the best configuration
     of the history (as ``compare_history`` finds it) beside the default, written to results/ as a configuration
     file (usable as ``--plan``), and the report."""
-    _some_configuration_allowed(ctx)
+    require_some_configuration(ctx)
     space, mode = ctx.objective.space, ctx.objective.modes[0]
     default = _plan(ctx, None)[0]
     value = _measure(ctx, default)[mode]["best_cycles"]

@@ -279,7 +279,7 @@ def test_bad_caches_exit_2_with_one_line_and_write_nothing(tmp_path, content, fr
 
 
 @pytest.mark.parametrize("command", [("search_plans", "--max-evals", "5"), ("local_neighborhood_search",), ("run", "--time-s", "5"),
-                                     ("bounded_exhaustive_search", "--profile", "all")])
+                                     ("bounded_exhaustive_search", "--profile", "all"), ("search_plans", "--workers", "3")])
 def test_a_space_whose_restrictions_allow_nothing_exits_2_naming_them_and_writes_nothing(tmp_path, command):
     """A restriction with a typo (``bx > 1280``) used to give a search of no evaluation, no failure and no best."""
     toy_cache(tmp_path, {(32, 1): 1.0})
@@ -289,6 +289,7 @@ def test_a_space_whose_restrictions_allow_nothing_exits_2_naming_them_and_writes
     out = _cli("--objective", "cache:toy.json.gz", "--space", "never.t1.json", *command, cwd=tmp_path)
     assert out.returncode == 2 and out.stderr.endswith("allow no configuration: no values of the knobs they name pass 'bx > 1280' "
                                                        "together\n"), out.stderr
+    assert len(out.stderr.splitlines()) == 1 and not out.stdout                      # said once, before any worker starts
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
