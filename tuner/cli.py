@@ -379,13 +379,19 @@ def _render_best(result: dict[str, Any], mode: str, value: Callable[[float | Non
     return lines
 
 
+def _arguments(args: argparse.Namespace) -> dict[str, Any]:
+    """The command's own arguments (the service function's keywords)."""
+    return {k: v for k, v in vars(args).items() if k not in GLOBAL_OPTIONS}
+
+
 def _run_workers(args: argparse.Namespace, argv: list[str]) -> int:
-    """The search of ``argv`` in ``args.workers`` local processes on one study; the input is checked once, here."""
+    """The search of ``argv`` in ``args.workers`` local processes on one study; the input is checked once, here, by
+    the command itself in a context that only checks (so a bad argument is one line, not one per worker)."""
     try:
-        ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command)
+        ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command, checking=True)
         try:
             mode = ctx.objective.modes[0]
-            service.require_some_configuration(ctx)
+            COMMANDS[args.command][0](ctx, **_arguments(args))
         finally:
             ctx.close()
         result, code = workers.run(argv, args.workers, args.worker_env, mode)
@@ -427,7 +433,7 @@ def _command(argv: list[str] | None) -> int:
     if getattr(args, "workers", 1) > 1:
         return _run_workers(args, argv)
     function, _, _ = COMMANDS[args.command]
-    kwargs = {k: v for k, v in vars(args).items() if k not in GLOBAL_OPTIONS}
+    kwargs = _arguments(args)
     ctx = None
     try:
         workers.stop_with_coordinator()

@@ -93,6 +93,7 @@ class Context:
     log: Callable[[str], None] | None = None            # a line as each step of the main job ends
     timeout_s: float = 120.0                            # the command objective: seconds one benchmark run may take
     objective_repeats: int = 1                          # the command objective: runs per plan, valued by their median
+    checking: bool = False                              # a search checks its arguments and returns before it runs
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)   # plan hash -> its metrics, measured once per context
 
     @classmethod
@@ -378,6 +379,8 @@ def require_some_configuration(ctx: Context) -> None:
 
 def _search(ctx: Context, spec: Spec) -> dict[str, Any]:
     require_some_configuration(ctx)
+    if ctx.checking:
+        return {}
     search = Search(ctx.history, ctx.objective, spec, progress=ctx.progress, should_stop=ctx.should_stop)
     try:                                            # a search that converged before has nothing left to do: it reports
         outcome: Outcome = search.finish(search.top(), "converged") if search.converged else STRATEGIES[spec.strategy](search)

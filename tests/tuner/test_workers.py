@@ -190,6 +190,19 @@ def test_a_bad_worker_env_is_refused_before_any_worker_starts(workspace):
     assert proc.returncode == 2 and out == "" and "NAME=VALUE" in err and "Traceback" not in err
 
 
+@pytest.mark.parametrize(("command", "named"), [
+    (("bounded_exhaustive_search", "--profile", "nope"), "unknown profile 'nope'"),
+    (("local_neighborhood_search", "--fixture", "nope"), "unknown fixture 'nope'"),
+    (("local_neighborhood_search", "--plan", "nope.json"), "no plan file 'nope.json' in the workspace"),
+])
+def test_a_bad_argument_is_refused_once_before_any_worker_starts(workspace, command, named):
+    """It used to be refused by each worker, on its own line, under an empty combined result."""
+    proc = _tuner(workspace, f"sqlite:///{workspace / 'h.db'}", *command, "--workers", "3")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and out == "" and err.count("\n") == 1 and named in err, err
+    assert not (workspace / "h.db").exists()
+
+
 def _kill_claim_holders(history: History, processes: list[subprocess.Popen], count: int, least: int) -> list[subprocess.Popen]:
     """Once the study has ``least`` claims, ``kill -9`` ``count`` of ``processes`` that hold a claim not yet done."""
     pids = {p.pid: p for p in processes}
