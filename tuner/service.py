@@ -451,7 +451,7 @@ def search_plans(ctx: Context, strategy: str = "quick", max_evals: int = 500, ti
     _positive("time_s", time_s)
     start = None
     space = ctx.objective.space
-    if strategy == "focused":
+    if strategy == "focused" and not ctx.checking:      # its start is the best seed: measured, so not while checking
         seeds = _seeds(ctx, 1)
         start = tuple(int(v) for v in space.encode(seeds[0]["plan"] if seeds else _plan(ctx, None)[0]))
     spec = Spec(strategy=strategy, mode=ctx.objective.modes[0], max_evals=int(max_evals), time_s=time_s, seed=int(seed),
