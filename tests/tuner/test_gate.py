@@ -78,6 +78,17 @@ def test_an_apply_leaves_a_plan_that_changed_while_it_was_gated(ctx, workspace):
     assert not again["applied"] and again["reasons"][0] == "does not improve dev (293411 >= 262009)"
 
 
+def test_an_apply_works_on_a_file_system_without_locks(ctx, workspace, monkeypatch):
+    import fcntl
+
+    def no_locks(*_):
+        raise OSError(37, "No locks available")
+
+    monkeypatch.setattr(fcntl, "flock", no_locks)
+    assert service.apply_candidate(ctx, "tensor_plan_attempt1_best", dry_run=False)["applied"]
+    assert service.rollback(ctx)["rolled_back"]
+
+
 def test_apply_best_verified_stops_at_a_plan_changed_while_it_gated(ctx, workspace, monkeypatch):
     """The change lands while the current plan is measured: the first candidate's apply finds it, and no other
     candidate is gated against the plan that is gone."""
