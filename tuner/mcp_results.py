@@ -8,12 +8,13 @@ result that drifts from its schema is a failing test, not a surprise for a clien
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Annotated, Any
 
 from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler, model_serializer
 
 Plan = dict[str, str | int | float]           # knob name -> value
 Cycles = int | float | None                   # best_cycles (lower is better); None: infeasible
+Unreadable = Annotated[dict[str, str] | None, Field(description="fixtures left out, each with why it cannot be read as a plan")]
 
 
 class Strict(BaseModel):
@@ -155,7 +156,7 @@ class ResumeResult(Strict):
     seeds: list[PlanRow]
     searches: list[Sweep]
     profiles_not_swept: list[str]
-    unreadable_fixtures: dict[str, str] | None = Field(None, description="fixtures left out, each with why it cannot be read as a plan")
+    unreadable_fixtures: Unreadable = None
 
 
 class Change(Strict):
@@ -258,7 +259,7 @@ class CompareResult(Strict):
     rows: list[PlanRow]
     best_verified: PlanRow | None
     current_is_best: bool
-    unreadable_fixtures: dict[str, str] | None = Field(None, description="fixtures left out, each with why it cannot be read as a plan")
+    unreadable_fixtures: Unreadable = None
 
 
 class Ranked(Strict):
