@@ -289,8 +289,9 @@ def _in_memory(url: str) -> bool:
     return parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
 
 
-def _sqlite_file_exists(url: str) -> bool:
-    return "sqlite:///" in url and not _in_memory(url) and Path(url.split("sqlite:///", 1)[1]).is_file()
+def _sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names; ``None`` for an in-memory database."""
+    return Path(url.split("sqlite:///", 1)[1]) if "sqlite:///" in url and not _in_memory(url) else None
 
 
 def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
@@ -329,7 +330,10 @@ class History:
         if self.sqlite and not read_only and _in_memory(url):
             raise HistoryUnavailable(f"cannot write history {url[:200]!r}: an in-memory database is one per connection pool, so "
                                      "Optuna's trials and the tuner's cache would not meet; give a file (PATH or sqlite:///PATH)")
-        if read_only and self.sqlite and not _sqlite_file_exists(url):
+        file = _sqlite_file(url) if self.sqlite else None
+        if read_only and self.sqlite and not (file and file.is_file()):
+            if file is not None and file.exists():
+                raise HistoryUnavailable(f"cannot open history {_safe(url)}: it is a folder, not a history file")
             url = "sqlite://"                                # an empty history, in memory
         try:
             self.engine = _sqlite_engine(url, read_only) if self.sqlite else create_engine(url, pool_pre_ping=True)

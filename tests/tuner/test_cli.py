@@ -231,6 +231,14 @@ def test_a_history_in_the_workspace_studies_folder_creates_it(workspace):
     assert not (workspace / "stuides").exists()
 
 
+@pytest.mark.parametrize("command", ["compare_history", "search_plans"])       # read-only, and writing
+def test_a_history_that_is_a_folder_exits_2_with_one_line(workspace, command):
+    """A read-only tool took a folder given as the history for an empty history and showed no studies."""
+    out = tuner(workspace, "--history", str(workspace / "fixtures"), command)
+    assert out.returncode == 2 and len(out.stderr.splitlines()) == 1 and "Traceback" not in out.stderr, out.stderr
+    assert "fixtures" in out.stderr and not out.stdout
+
+
 def test_a_search_into_an_in_memory_history_exits_2_with_one_line(workspace):
     out = tuner(workspace, "--history", "sqlite://", "search_plans", "--max-evals", "5")
     assert out.returncode == 2 and "in-memory" in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
