@@ -12,6 +12,7 @@ committed batch intact and several processes can share one file.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import logging
@@ -290,17 +291,20 @@ def _in_memory(url: str) -> bool:
 
 
 def _sqlite_file(url: str) -> Path | None:
-    """The file a SQLite URL names; ``None`` for an in-memory database."""
-    return Path(url.split("sqlite:///", 1)[1]) if "sqlite:///" in url and not _in_memory(url) else None
+    """The file a SQLite URL names (its query, such as ``?timeout=5``, left out); ``None`` for an in-memory database or
+    a URL SQLAlchemy cannot read (opening it says why)."""
+    with contextlib.suppress(ArgumentError):
+        if not _in_memory(url):
+            return Path(make_url(url).database)
+    return None
 
 
 def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
     if url == "sqlite://":
         engine = create_engine(url, poolclass=StaticPool)        # one in-memory database for every connection
     else:
-        path = url.split("sqlite:///", 1)[1]
-        if path and path != ":memory:" and not read_only:
-            Path(path).parent.mkdir(parents=True, exist_ok=True)
+        if (file := _sqlite_file(url)) is not None and not read_only:
+            file.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 60}, poolclass=NullPool if read_only else None)
 
     @event.listens_for(engine, "connect")
