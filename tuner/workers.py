@@ -82,9 +82,9 @@ def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple
         except json.JSONDecodeError:
             results.append(None)
     combined = combine(results, codes, mode)
-    nothing_ran = [code == 1 and result is not None and result.get("best") is None for code, result in zip(codes, results, strict=True)]
-    failing = (code for code, own in zip(codes, nothing_ran, strict=True) if code and not own)    # a worker that saw nothing run:
-    return combined, next(failing, 1 if combined["best"] is None else 0)                          # the study's best decides
+    failing = [code for code, result in zip(codes, results, strict=True)     # a worker that saw nothing run (1, no best)
+               if code and not (code == 1 and result is not None and result.get("best") is None)]   # is not one: the study's best decides
+    return combined, failing[0] if failing else int(combined["best"] is None)
 
 
 def stop_with_coordinator() -> None:
