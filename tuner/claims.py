@@ -69,7 +69,7 @@ def _alive(row: Any, now: float, stale_s: float, local: str, me: str | None = No
 def studies_at_work(history: History) -> set[str]:
     """The studies that a live worker is on now. A search recorded as running that none is on has lost its processes
     (killed, or its machine went down) without saving its state."""
-    with history.engine.connect() as connection:
+    with history.connect() as connection:
         now = history.now(connection)
         rows = connection.execute(select(WORKERS)).all()
     local = _local_key()
@@ -115,7 +115,7 @@ class Worker:
     @outlasting_outages
     def _join(self) -> int:
         """Register on the study; the slot is the lowest one no live worker of the study holds."""
-        with self.history.engine.begin() as connection:
+        with self.history.begin() as connection:
             self.history.study_lock(connection, self.study_name)
             rows = connection.execute(select(WORKERS.c.worker, WORKERS.c.slot).where(WORKERS.c.study_name == self.study_name)).all()
             live = self._live(connection, [w for w, _ in rows])
@@ -132,7 +132,7 @@ class Worker:
     def _heartbeat(self) -> None:
         while not self._stop.wait(self.heartbeat_s):
             try:
-                with self.history.engine.begin() as connection:
+                with self.history.begin() as connection:
                     connection.execute(WORKERS.update().where(WORKERS.c.worker == self.id).values(heartbeat=self.history.now(connection)))
             except Exception:                   # a database that is briefly away: the next beat tries again
                 continue
@@ -143,7 +143,7 @@ class Worker:
             return
         self._stop.set()
         self._beat.join()
-        with self.history.engine.begin() as connection:
+        with self.history.begin() as connection:
             connection.execute(WORKERS.delete().where(WORKERS.c.worker == self.id))
 
     # --- claims -----------------------------------------------------------------------------
@@ -164,7 +164,7 @@ class Worker:
         """Claim ``(item, size, plan)`` in order. A new item is granted while the study's evaluations plus its
         ``size`` stay within ``budget``; one held by a dead worker is taken over (it was counted when first claimed)."""
         out = Claimed()
-        with self.history.engine.begin() as connection:
+        with self.history.begin() as connection:
             self.history.study_lock(connection, self.study_name)
             names = sorted({item for item, _, _ in items})
             existing = {}
@@ -202,7 +202,7 @@ class Worker:
     def unfinished(self) -> tuple[list[list[int]], int]:
         """Plan claims of the study not done: the plans of those whose workers are dead (to redo), and how many
         live workers are still scoring."""
-        with self.history.engine.connect() as connection:
+        with self.history.connect() as connection:
             rows = connection.execute(select(CLAIMS.c.worker, CLAIMS.c.plan).where(
                 CLAIMS.c.study_name == self.study_name, CLAIMS.c.state == "claimed", CLAIMS.c.item.startswith("plan:"))
                 .order_by(CLAIMS.c.item)).all()
@@ -216,7 +216,7 @@ class Worker:
         """The next range of plans ``[start, stop)`` of a profile of ``total`` for this worker: a dead worker's
         first, else ``size`` more from the end of the claimed ones. ``None``: every range is claimed and done;
         ``False``: the rest are being scored by live workers."""
-        with self.history.engine.begin() as connection:
+        with self.history.begin() as connection:
             self.history.study_lock(connection, self.study_name)
             held = connection.execute(select(CLAIMS.c.item, CLAIMS.c.size, CLAIMS.c.worker).where(
                 CLAIMS.c.study_name == self.study_name, CLAIMS.c.item.startswith("range:"), CLAIMS.c.state == "claimed")
@@ -243,14 +243,14 @@ class Worker:
     @outlasting_outages
     def complete_range(self, start: int, best: list[dict[str, Any]]) -> None:
         """Range ``start`` is scored: its best plans are its result."""
-        with self.history.engine.begin() as connection:
+        with self.history.begin() as connection:
             connection.execute(CLAIMS.update().where(and_(CLAIMS.c.study_name == self.study_name, CLAIMS.c.item == _range(start)))
                                .values(state="done", result=json.dumps(best)))
 
     @outlasting_outages
     def range_results(self) -> list[dict[str, Any]]:
         """The best plans of every done range of the study, in profile order."""
-        with self.history.engine.connect() as connection:
+        with self.history.connect() as connection:
             results = connection.execute(select(CLAIMS.c.result).where(
                 CLAIMS.c.study_name == self.study_name, CLAIMS.c.item.startswith("range:"), CLAIMS.c.state == "done")
                 .order_by(CLAIMS.c.item)).scalars()
@@ -266,7 +266,7 @@ def audit(history: History, study_name: str) -> dict[str, int]:
     done; ``plan_claims`` == ``members`` == ``distinct_members`` (each claimed plan recorded once, none twice);
     ``claimed`` == ``counted`` (the sweep's evaluations); ``range_gaps`` 0 (a profile's ranges tile it once). ``done``:
     the evaluations whose results are recorded."""
-    with history.engine.connect() as connection:
+    with history.connect() as connection:
         claims = connection.execute(select(CLAIMS.c.item, CLAIMS.c.size, CLAIMS.c.state).where(CLAIMS.c.study_name == study_name)).all()
         members = connection.execute(select(MEMBERS.c.plan_hash).where(MEMBERS.c.study_name == study_name)).scalars().all()
         counted = connection.execute(select(SWEEPS.c.evaluations).where(SWEEPS.c.study_name == study_name)).scalar() or 0

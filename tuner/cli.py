@@ -21,12 +21,13 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from tuner import service, workers
+from tuner import service, stopping, workers
 from tuner.history import HistoryError, HistoryUnavailable, first_line, shown_url
 from tuner.objectives import ObjectiveError
 from tuner.plan import PlanError
 from tuner.space import ProfileError, SpaceError
-from tuner.workers import Terminated, WorkersError
+from tuner.stopping import Terminated
+from tuner.workers import WorkersError
 from tuner.workspace import LIMITS, MAX_PATH_CHARS, OUTPUT_DIR, RESULT_PATH, WorkspaceError
 
 INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, SpaceError, HistoryUnavailable, WorkersError)
@@ -34,15 +35,6 @@ MAX_WORKERS = 256
 GLOBAL_OPTIONS = ("workspace", "history", "objective", "space", "timeout_s", "objective_repeats", "json", "command", "workers",
                   "worker_env")   # not tool arguments
 PLAN_HELP = "a fixture name, a JSON file inside the workspace (default: kernel_plan.json)"
-
-
-STOP_SIGNALS = (signal.SIGTERM, signal.SIGHUP)      # stop a command as Ctrl-C does
-
-
-def _terminate(signum: int, frame: object) -> None:
-    for stop in STOP_SIGNALS:                       # a second signal must not cut the saving short
-        signal.signal(stop, signal.SIG_IGN)
-    raise Terminated(signum)
 
 
 def _stopped(command: str, exc: KeyboardInterrupt, where: str) -> int:
@@ -414,20 +406,17 @@ def _refused(command: str, result: dict[str, Any]) -> bool:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Run one command; its exit status. SIGTERM and SIGHUP stop it as Ctrl-C does (while it runs, in the main thread)."""
-    if threading.current_thread() is not threading.main_thread():
-        return _command(argv)
-    previous = {stop: signal.signal(stop, _terminate) for stop in STOP_SIGNALS}
-    try:
-        return _command(argv)
-    finally:
-        for stop, handler in previous.items():
-            signal.signal(stop, handler)
-
-
-def _command(argv: list[str] | None) -> int:
+    """Run one command; its exit status. Ctrl-C, SIGTERM and SIGHUP stop it, once it is out of the database
+    (:mod:`tuner.stopping`; in the main thread; the MCP server's event loop takes Ctrl-C itself)."""
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
+    if threading.current_thread() is not threading.main_thread():
+        return _command(args, argv)
+    with stopping.on(stopping.ALL if args.command != "mcp" else (signal.SIGTERM, signal.SIGHUP)):
+        return _command(args, argv)
+
+
+def _command(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command == "mcp":
         return args.handler(args)
     if getattr(args, "workers", 1) > 1:

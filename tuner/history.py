@@ -32,6 +32,7 @@ from optuna.storages._rdb import models
 from optuna.trial import TrialState
 from sqlalchemy import (
     Column,
+    Connection,
     Engine,
     Float,
     Integer,
@@ -54,6 +55,7 @@ from sqlalchemy.engine import make_url
 from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool, StaticPool
 
+from tuner import stopping
 from tuner.objectives.base import Evaluations, Objective
 from tuner.space import Space
 
@@ -339,6 +341,10 @@ class History:
             if file is not None and file.exists():
                 raise HistoryUnavailable(f"cannot open history {_safe(url)}: it is a folder, not a history file")
             url = "sqlite://"                                # an empty history, in memory
+        with stopping.held():                               # a stop signal waits until the history is open
+            self._open(url, read_only)
+
+    def _open(self, url: str, read_only: bool) -> None:
         try:
             self.engine = _sqlite_engine(url, read_only) if self.sqlite else create_engine(url, pool_pre_ping=True)
             if read_only and url != "sqlite://" and not set(_META.tables) & set(inspect(self.engine).get_table_names()):
@@ -368,7 +374,7 @@ class History:
         unlisted = (select(_STUDIES.c.study_id)
                     .where(~select(MEMBERS.c.study_name).where(MEMBERS.c.study_name == _STUDIES.c.study_name).exists(),
                            select(_TRIALS.c.trial_id).where(_TRIALS.c.study_id == _STUDIES.c.study_id).exists()))
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             if connection.execute(unlisted.limit(1)).first() is None:
                 return
         query = (select(_STUDIES.c.study_name, _TRIALS.c.number, _ATTRS.c.value_json, _VALUES.c.value)
@@ -376,7 +382,7 @@ class History:
                               .join(_ATTRS, and_(_ATTRS.c.trial_id == _TRIALS.c.trial_id, _ATTRS.c.key == "plan_hash"))
                               .outerjoin(_VALUES, and_(_VALUES.c.trial_id == _TRIALS.c.trial_id, _VALUES.c.objective == 0)))
                  .where(_STUDIES.c.study_id.in_(unlisted)))              # checked again under the write lock: copied once
-        with self.engine.begin() as connection:
+        with self.begin() as connection:
             rows = [{"study_name": name, "seq": number, "plan_hash": json.loads(h), "value": v}
                     for name, number, h, v in connection.execute(query)]
             if rows:
@@ -389,7 +395,7 @@ class History:
         if self.sqlite:
             yield
             return
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _SCHEMA_LOCK})
             connection.commit()
             try:
@@ -405,10 +411,25 @@ class History:
         return _retry(lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs),   # first use may race on the schema
                       (SQLAlchemyError, optuna.exceptions.StorageInternalError, RuntimeError), attempts=20, pause_s=0.1)
 
+    @contextmanager
+    def begin(self) -> Iterator[Connection]:
+        """A connection in a transaction, committed at the end of the body (rolled back if it raises). A stop signal
+        waits until the connection is back (:func:`tuner.stopping.held`); every use of the database goes through here
+        or :meth:`connect`."""
+        with stopping.held(), self.engine.begin() as connection:
+            yield connection
+
+    @contextmanager
+    def connect(self) -> Iterator[Connection]:
+        """A connection to read with (or to commit on itself), as :meth:`begin` holds off a stop signal."""
+        with stopping.held(), self.engine.connect() as connection:
+            yield connection
+
     def close(self) -> None:
         """Close every connection (on SQLite the last one folds the write-ahead log into the file)."""
-        self.engine.dispose()
-        self.storage.engine.dispose()
+        with stopping.held():
+            self.engine.dispose()
+            self.storage.engine.dispose()
 
     # --- evaluation cache -------------------------------------------------------------------
 
@@ -421,7 +442,7 @@ class History:
         else:
             queries = [query.where(condition) for condition in in_chunks(EVALUATIONS.c.plan_hash, sorted(set(hashes)))]
         rows: dict[str, Row] = {}
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             for q in queries:
                 rows |= {r.plan_hash: _row(r) for r in connection.execute(q)}
         return rows
@@ -430,7 +451,7 @@ class History:
     def timed_out(self, objective: str, mode: str) -> dict[str, float]:
         """The failed evaluations of ``objective`` in ``mode`` that were runs killed at a time limit: plan hash -> limit (s)."""
         query = select(TIMEOUTS.c.plan_hash, TIMEOUTS.c.limit_s).where(TIMEOUTS.c.objective == objective, TIMEOUTS.c.mode == mode)
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             return {r.plan_hash: r.limit_s for r in connection.execute(query)}
 
     @outlasting_outages
@@ -439,7 +460,7 @@ class History:
         query = (select(EVALUATIONS).where(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode,
                                            EVALUATIONS.c.correct == 1, EVALUATIONS.c.best_cycles.is_not(None))
                  .order_by(EVALUATIONS.c.best_cycles, EVALUATIONS.c.plan_hash).limit(limit))
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             return [_row(r) for r in connection.execute(query)]
 
     @outlasting_outages
@@ -447,7 +468,7 @@ class History:
         """Up to ``limit`` evaluations of ``objective`` in ``mode``, by plan hash: a fixed pseudo-random sample (one query)."""
         query = (select(EVALUATIONS).where(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode)
                  .order_by(EVALUATIONS.c.plan_hash).limit(limit))
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             return [_row(r) for r in connection.execute(query)]
 
     @outlasting_outages
@@ -457,7 +478,7 @@ class History:
         query = (select(a.c.best_cycles, a.c.correct, b.c.best_cycles, b.c.correct)
                  .join_from(a, b, and_(b.c.plan_hash == a.c.plan_hash, b.c.objective == a.c.objective, b.c.mode == second))
                  .where(a.c.objective == objective, a.c.mode == first).order_by(a.c.plan_hash).limit(limit))
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             return [(v1, bool(c1), v2, bool(c2)) for v1, c1, v2, c2 in connection.execute(query)]
 
     def scored(self, objective: Objective, mode: str, idx: np.ndarray) -> dict[str, Row]:
@@ -484,18 +505,20 @@ class History:
                 study.set_user_attr(key, value)
             return study
 
-        return _retry(open_study, (SQLAlchemyError, optuna.exceptions.StorageInternalError), attempts=20, pause_s=0.1)
+        with stopping.held():
+            return _retry(open_study, (SQLAlchemyError, optuna.exceptions.StorageInternalError), attempts=20, pause_s=0.1)
 
     @outlasting_outages
     def study_names(self) -> list[str]:
         """Every study's name, oldest first (one query)."""
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             return list(connection.execute(select(_STUDIES.c.study_name).order_by(_STUDIES.c.study_id)).scalars())
 
     def trials(self, name: str) -> list[optuna.trial.FrozenTrial]:
         """The stored trials of study ``name`` (completed and failed) as Optuna's frozen trials (empty when it does not exist)."""
         try:
-            return optuna.load_study(study_name=name, storage=self.storage).get_trials(deepcopy=False)
+            with stopping.held():
+                return optuna.load_study(study_name=name, storage=self.storage).get_trials(deepcopy=False)
         except KeyError:
             return []
 
@@ -504,7 +527,7 @@ class History:
         """``(plan_hash, value)`` of every evaluation study ``name`` saw, in order; ``None`` where infeasible or
         incorrect (one query). Complete even where the study's Optuna trials are thinned for the dashboard."""
         query = select(MEMBERS.c.plan_hash, MEMBERS.c.value).where(MEMBERS.c.study_name == name).order_by(MEMBERS.c.seq)
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             return [(h, v) for h, v in connection.execute(query)]
 
     @outlasting_outages
@@ -515,7 +538,7 @@ class History:
                  .join_from(MEMBERS, EVALUATIONS, and_(EVALUATIONS.c.plan_hash == MEMBERS.c.plan_hash,
                                                        EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode))
                  .where(MEMBERS.c.study_name == name, MEMBERS.c.seq > after).order_by(MEMBERS.c.seq))
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             return [(r.seq, _row(r), r.value) for r in connection.execute(query)]
 
     @outlasting_outages
@@ -530,7 +553,7 @@ class History:
                   .where(MEMBERS.c.study_name.endswith(objective, autoescape=True), MEMBERS.c.value.is_not(None))).subquery()
         query = select(ranked).where(ranked.c.rank <= per_study).order_by(ranked.c.study_id, ranked.c.rank)
         tops: dict[str, tuple[int, list[str]]] = {}
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             for row in connection.execute(query):
                 tops.setdefault(row.study_name, (row.scored, []))[1].append(row.plan_hash)
         return tops
@@ -538,7 +561,7 @@ class History:
     @outlasting_outages
     def sweep(self, name: str) -> dict[str, Any] | None:
         """The progress record of search ``name``, or ``None``."""
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             row = connection.execute(select(SWEEPS).where(SWEEPS.c.study_name == name)).first()
         if row is None:
             return None
@@ -546,7 +569,7 @@ class History:
 
     @outlasting_outages
     def sweeps(self) -> list[dict[str, Any]]:
-        with self.engine.connect() as connection:
+        with self.connect() as connection:
             rows = connection.execute(select(SWEEPS).order_by(SWEEPS.c.study_name)).all()
         return [{**r._mapping, "progress": json.loads(r.progress)} for r in rows]
 
@@ -562,7 +585,7 @@ class History:
         (runs killed at a shorter time limit, measured again) take the place of the earlier ones."""
         if self.read_only:
             raise HistoryError("this history is opened read-only (the tool declares no history writes)")
-        with self.engine.begin() as connection:
+        with self.begin() as connection:
             for table in (EVALUATIONS, TIMEOUTS):
                 for condition in in_chunks(table.c.plan_hash, sorted(replaced)):
                     connection.execute(table.delete().where(table.c.objective == objective, table.c.mode == mode, condition))

@@ -19,6 +19,7 @@ from collections import Counter
 from typing import Any
 
 from tuner.search import REASONS_SHOWN
+from tuner.stopping import Terminated
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 COORDINATED = "TUNER_WORKER_STDIN_IS_COORDINATOR"     # set for the workers ``run`` starts: their stdin is its pipe
@@ -27,16 +28,6 @@ ORPHANED = threading.Event()                          # set in a worker whose co
 
 class WorkersError(ValueError):
     """A bad ``--worker-env``."""
-
-
-class Terminated(KeyboardInterrupt):
-    """Signal ``signum`` (SIGTERM, SIGHUP) arrived: the command stops as on Ctrl-C (the search saves its state, a
-    measuring program's process group is killed, temporary copies are removed). Workers are sent it in turn:
-    unlike Ctrl-C in a terminal, a ``kill`` of the first process reaches no other."""
-
-    def __init__(self, signum: int) -> None:
-        super().__init__(signum)
-        self.signum = signum
 
 
 def slot_environments(count: int, assignments: list[str]) -> list[dict[str, str]]:
