@@ -407,12 +407,12 @@ def _refused(command: str, result: dict[str, Any]) -> bool:
 
 def main(argv: list[str] | None = None) -> int:
     """Run one command; its exit status. Ctrl-C, SIGTERM and SIGHUP stop it, once it is out of the database
-    (:mod:`tuner.stopping`; in the main thread; the MCP server's event loop takes Ctrl-C itself)."""
+    (:mod:`tuner.stopping`; in the main thread)."""
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
     if threading.current_thread() is not threading.main_thread():
         return _command(args, argv)
-    with stopping.on(stopping.ALL if args.command != "mcp" else (signal.SIGTERM, signal.SIGHUP)):
+    with stopping.on():
         return _command(args, argv)
 
 

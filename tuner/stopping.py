@@ -51,25 +51,25 @@ def _raise(stop: KeyboardInterrupt) -> None:
 
 
 @contextmanager
-def on(signals: tuple[int, ...] = ALL) -> Iterator[None]:
-    """While the body runs (in the main thread), ``signals`` stop it as described above; the handlers before are
-    restored after."""
+def on() -> Iterator[None]:
+    """While the body runs (in the main thread), the stop signals stop it as described above; the handlers before
+    are restored after."""
     global _pending
-    with _blocked(signals):                         # a signal that comes while the handlers change waits for all of them
+    with _blocked():                                # a signal that comes while the handlers change waits for all of them
         _pending = None
-        previous = {signum: signal.signal(signum, _stop) for signum in signals}
+        previous = {signum: signal.signal(signum, _stop) for signum in ALL}
     try:
         yield
     finally:
-        with _blocked(signals):
+        with _blocked():
             for signum, handler in previous.items():
                 signal.signal(signum, handler)
 
 
 @contextmanager
-def _blocked(signals: tuple[int, ...]) -> Iterator[None]:
-    """``signals`` are held by the system while the body runs, and delivered after."""
-    before = signal.pthread_sigmask(signal.SIG_BLOCK, signals)
+def _blocked() -> Iterator[None]:
+    """The stop signals are held by the system while the body runs, and delivered after."""
+    before = signal.pthread_sigmask(signal.SIG_BLOCK, ALL)
     try:
         yield
     finally:
