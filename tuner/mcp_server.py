@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import signal
 import sys
 import threading
 import time
@@ -363,7 +364,21 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.self_test:
         return anyio.run(self_test, workspace, args.history)
-    build(workspace, args.history).run("stdio")
+    stops: list[int] = []
+
+    def as_ctrl_c(signum: int, frame: object) -> None:
+        stops.append(signum)
+        signal.raise_signal(signal.SIGINT)
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):       # a client or a closed terminal ends the server as Ctrl-C does
+        signal.signal(signum, as_ctrl_c)
+    try:
+        build(workspace, args.history).run("stdio")      # Ctrl-C cancels the calls in flight: their searches save and stop
+    except KeyboardInterrupt:
+        signum = stops[0] if stops else signal.SIGINT
+        how = "interrupted" if signum == signal.SIGINT else f"terminated by {signal.Signals(signum).name}"
+        print(f"tensor_plan_server: {how}; the calls in flight saved their progress", file=sys.stderr)
+        return 128 + signum
     return 0
 
 

@@ -4,12 +4,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import signal
+import sqlite3
+import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import child_env, reading
+from conftest import child_env, reading, until
 from mcp import Client, StdioServerParameters
+from mcp.types import LATEST_PROTOCOL_VERSION
 
 TOOLS = {"run_objective", "trace_summary", "validate_plan", "resume_search_history", "local_neighborhood_search",
          "bounded_exhaustive_search", "search_plans", "candidate_diff", "benchmark_plan", "apply_candidate",
@@ -164,3 +168,35 @@ async def test_cancelled_search_stops_in_the_server(workspace):
         result = await client.call_tool("run_objective", {})    # the server still answers
         assert not result.is_error
         assert sweep() == record and record[1] < 1_000_000      # and nothing more was scored after the cancel
+
+
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+def test_a_stopped_server_lets_the_search_in_flight_save_and_says_so_in_one_line(workspace, stop):
+    """A client ends its server with SIGTERM, a user's Ctrl-C ends one run by hand: the call in flight is cancelled,
+    its search saves its state, and the server exits 128 + the signal with one line (Ctrl-C printed a traceback, and
+    SIGTERM killed the search mid-write, leaving it 'running')."""
+    entry = params(workspace)
+    server = subprocess.Popen([entry.command, *entry.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True, env=entry.env, cwd=entry.cwd)
+    for message in ({"jsonrpc": "2.0", "id": 1, "method": "initialize", "params": {"protocolVersion": LATEST_PROTOCOL_VERSION,
+                     "capabilities": {}, "clientInfo": {"name": "test", "version": "1"}}},
+                    {"jsonrpc": "2.0", "method": "notifications/initialized"},
+                    {"jsonrpc": "2.0", "id": 2, "method": "tools/call",
+                     "params": {"name": "search_plans", "arguments": {"max_evals": 1_000_000, "time_s": 120}}}):
+        server.stdin.write(json.dumps(message) + "\n")
+        server.stdin.flush()
+    database = workspace / "studies" / "history.db"
+
+    def scored() -> bool:
+        try:
+            with reading(database) as connection:
+                return connection.execute("select count(*) from tuner_evaluations").fetchone()[0] > 0
+        except sqlite3.OperationalError:
+            return False
+
+    assert until(scored, server)                            # the search is under way
+    server.send_signal(stop)
+    _, err = server.communicate(timeout=120)
+    assert server.returncode == 128 + stop and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
+    with reading(database) as connection:
+        assert connection.execute("select state from tuner_sweeps").fetchall() == [("cancelled",)]
