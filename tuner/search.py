@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from tuner import stopping
 from tuner.claims import Worker
 from tuner.history import History, Row, TrialRecord, rows_of
 from tuner.objectives import Evaluations, Objective
@@ -186,7 +187,9 @@ class Search:
         return self.interrupted()
 
     def interrupted(self) -> str | None:
-        """The time budget or a cancel, or ``None``: the reasons to stop that do not wait for other workers."""
+        """The time budget or a cancel, or ``None``: the reasons to stop that do not wait for other workers. A stop
+        signal that a finalizer swallowed is raised here again (:func:`tuner.stopping.check`)."""
+        stopping.check()
         if self.spec.time_s is not None and time.monotonic() - self.started >= self.spec.time_s:
             return "time budget"
         if self._should_stop is not None and self._should_stop():

@@ -33,13 +33,27 @@ def test_a_stop_signal_at_any_line_of_database_work_stops_it_whole_and_leaves_no
     assert sweep["locked"] == [] and sweep["partial"] == [], sweep
 
 
-def test_a_second_signal_while_the_first_waits_stops_at_once_and_a_third_does_not_cut_the_saving_short():
+def test_a_stop_waits_for_the_database_work_and_a_second_signal_joins_it(monkeypatch):
     from tuner import stopping
 
+    monkeypatch.setattr(stopping, "ESCAPE_S", 1e9)
+    reached = []
+    with pytest.raises(KeyboardInterrupt) as raised, stopping.on(), stopping.held():      # database work
+        signal.raise_signal(signal.SIGINT)
+        signal.raise_signal(signal.SIGTERM)         # Ctrl-C pressed twice, or a kill after it: one stop
+        reached.append("the work ends")
+    assert reached == ["the work ends"] and not isinstance(raised.value, stopping.Terminated)
+    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler       # as before
+
+
+def test_a_signal_after_a_long_wait_stops_at_once_and_a_further_one_does_not_cut_the_saving_short(monkeypatch):
+    from tuner import stopping
+
+    monkeypatch.setattr(stopping, "ESCAPE_S", 0.0)  # the first stop has waited long enough: the work hangs
     reached = []
     with pytest.raises(stopping.Terminated), stopping.on():
         try:
-            with stopping.held():                   # database work that hangs
+            with stopping.held():
                 signal.raise_signal(signal.SIGINT)
                 reached.append("after the first")
                 signal.raise_signal(signal.SIGTERM)
@@ -49,7 +63,63 @@ def test_a_second_signal_while_the_first_waits_stops_at_once_and_a_third_does_no
                 signal.raise_signal(signal.SIGINT)
                 reached.append("saved")
     assert reached == ["after the first", "saved"]
-    assert signal.getsignal(signal.SIGINT) is signal.default_int_handler       # as before
+
+
+def test_a_stop_that_a_finalizer_swallowed_is_raised_again_between_evaluations_and_not_reported(tmp_path, capsys):
+    """Python only reports an exception raised in a finalizer or a weak reference's callback, and goes on: a Ctrl-C
+    that came there was lost, the search went on, and the handlers by then ignored a second one."""
+    import weakref
+
+    from conftest import toy_cache
+
+    from tuner import stopping
+    from tuner.history import History
+    from tuner.objectives.cache import CacheObjective
+    from tuner.search import Search, Spec
+    from tuner.strategies import STRATEGIES
+
+    knobs = {"bx": [16 * i for i in range(1, 9)], "tile": list(range(1, 9))}
+    cache = CacheObjective(toy_cache(tmp_path, {(bx, tile): bx / 16 + tile for bx in knobs["bx"] for tile in knobs["tile"]},
+                                     tune_params=knobs))
+    evaluate, calls = cache.evaluate, []
+
+    def swallowing(idx, mode):                      # the signal comes while a callback runs
+        calls.append(len(idx))
+        if len(calls) == 2:
+            class Owner:
+                pass
+            owner = Owner()
+            ref = weakref.ref(owner, lambda _: signal.raise_signal(signal.SIGINT))
+            del owner
+            assert ref() is None
+        return evaluate(idx, mode)
+
+    cache.evaluate = swallowing
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), cache, Spec(strategy="quick", mode="time", max_evals=40, seed=0))
+    with pytest.raises(KeyboardInterrupt), stopping.on():
+        STRATEGIES["quick"](search)
+    search.close()
+    assert len(calls) == 2 and len(search.seen) < 40                        # it stopped at the next evaluation
+    assert "Exception ignored" not in capsys.readouterr().err
+
+
+def test_other_exceptions_of_finalizers_are_still_reported(monkeypatch):
+    import weakref
+
+    from tuner import stopping
+
+    reported = []
+    monkeypatch.setattr(sys, "unraisablehook", reported.append)
+
+    class Owner:
+        pass
+
+    with stopping.on():
+        owner = Owner()
+        ref = weakref.ref(owner, lambda _: 1 / 0)
+        del owner
+    assert ref() is None and [type(r.exc_value) for r in reported] == [ZeroDivisionError]
+    assert sys.unraisablehook == reported.append                                # as before
 
 
 def _sweep(operation: str, database: Path) -> dict[str, object]:
