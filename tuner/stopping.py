@@ -109,8 +109,8 @@ def _blocked() -> Iterator[None]:
 
 @contextmanager
 def held() -> Iterator[None]:
-    """A stop signal that arrives in the main thread while the body runs is raised when it ends (elsewhere, and in
-    other threads, this does nothing)."""
+    """A stop signal that arrives in the main thread while the body runs is raised when it ends, and a stop that a
+    finalizer swallowed before it starts (in other threads this does nothing)."""
     global _depth
     if threading.current_thread() is not threading.main_thread():
         yield
