@@ -79,7 +79,7 @@ def install(args: argparse.Namespace) -> int:
     if args.write and text == existing:
         print(f"{shown} already holds this entry")
     elif args.write:
-        backup = workspace.backup(target, str(shown.with_suffix("")).replace("/", "__")) if existing is not None else None
+        backup = workspace.backup(target) if existing is not None else None
         atomic_write(target, text)
         print(f"wrote {shown}" + (f" (the file it replaced: {backup})" if backup else ""))
     else:

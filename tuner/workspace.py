@@ -124,7 +124,7 @@ class Workspace:
                 raise exists
             if kind == "result" and not _is_result(target):
                 raise WorkspaceError(f"{rel} is not an earlier result file; a result may replace only a result")
-            name = backup_name or str(rel.with_suffix("")).replace("/", "__")
+            name = backup_name or _backup_name(rel)
             backup = self.backup(target, name)
             if kind == "output":
                 self._prune_backups(name, target.suffix, OUTPUT_BACKUPS)
@@ -134,8 +134,10 @@ class Workspace:
             raise exists from None                              # another process made it since the check above
         return backup
 
-    def backup(self, source: Path, name: str) -> str:
-        """Copy ``source`` to a new file ``.harnessgym/backups/NAME.<UTC stamp><its suffix>``; its workspace-relative path."""
+    def backup(self, source: Path, name: str | None = None) -> str:
+        """Copy ``source`` to a new file ``.harnessgym/backups/NAME.<UTC stamp><its suffix>``; its workspace-relative path.
+        NAME defaults to the source's own path in the workspace (``results/report.html``: ``results__report``)."""
+        name = name or _backup_name(PurePosixPath(source.relative_to(self.root).as_posix()))
         folder, _ = self._write_target(BACKUP_DIR)
         data = source.read_bytes()
         folder.mkdir(parents=True, exist_ok=True)
@@ -224,6 +226,11 @@ class Workspace:
         if not path.is_file():
             raise WorkspaceError(f"no plan file {quoted(ref)} in the workspace")
         return load_plan(path, ref), ref
+
+
+def _backup_name(rel: PurePosixPath) -> str:
+    """The name of a workspace file's backups: its relative path without the suffix, ``/`` as ``__``."""
+    return str(rel.with_suffix("")).replace("/", "__")
 
 
 def _check_kind(kind: str, rel: PurePosixPath) -> None:
