@@ -292,11 +292,11 @@ def _in_memory(url: str) -> bool:
     return parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
 
 
-def _sqlite_file(url: str) -> Path | None:
-    """The file a SQLite URL names (its query, such as ``?timeout=5``, left out); ``None`` for an in-memory database or
-    a URL SQLAlchemy cannot read (opening it says why)."""
+def sqlite_file(url: str) -> Path | None:
+    """The file a SQLite URL names (its query, such as ``?timeout=5``, left out); ``None`` for another database, an
+    in-memory one or a URL SQLAlchemy cannot read (opening it says why)."""
     with contextlib.suppress(ArgumentError):
-        if not _in_memory(url):
+        if url.startswith("sqlite") and not _in_memory(url):
             return Path(make_url(url).database)
     return None
 
@@ -305,7 +305,7 @@ def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
     if url == "sqlite://":
         engine = create_engine(url, poolclass=StaticPool)        # one in-memory database for every connection
     else:
-        if (file := _sqlite_file(url)) is not None and not read_only:
+        if (file := sqlite_file(url)) is not None and not read_only:
             file.parent.mkdir(parents=True, exist_ok=True)
         engine = create_engine(url, connect_args={"timeout": 60}, poolclass=NullPool if read_only else None)
 
@@ -336,7 +336,7 @@ class History:
         if self.sqlite and not read_only and _in_memory(url):
             raise HistoryUnavailable(f"cannot write history {url[:200]!r}: an in-memory database is one per connection pool, so "
                                      "Optuna's trials and the tuner's cache would not meet; give a file (PATH or sqlite:///PATH)")
-        file = _sqlite_file(url) if self.sqlite else None
+        file = sqlite_file(url)
         if read_only and self.sqlite and not (file and file.is_file()):
             if file is not None and file.exists():
                 raise HistoryUnavailable(f"cannot open history {_safe(url)}: it is a folder, not a history file")

@@ -21,7 +21,7 @@ import numpy as np
 
 from tuner import gate, noise
 from tuner.claims import studies_at_work
-from tuner.history import History, resolve_url
+from tuner.history import History, resolve_url, sqlite_file
 from tuner.objectives import Objective
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.objectives.cache import CacheObjective
@@ -207,11 +207,9 @@ def _program(ws: Workspace, command: str) -> list[str]:
 def _check_history_folder(history: str, studies: Path) -> None:
     """Only the workspace's ``studies`` folder is created on its own: a history file elsewhere needs its folder
     (a typo in a folder's name is refused, not made)."""
-    if "://" in history and not history.startswith("sqlite:///"):
-        return
-    path = Path(history.removeprefix("sqlite:///"))
-    if str(path) not in ("", ":memory:") and not path.parent.is_dir() and path.parent.resolve() != studies.resolve():
-        raise ServiceError(f"history folder {quoted(str(path.parent))} does not exist (only the workspace's studies/ is created)")
+    file = sqlite_file(history if "://" in history else f"sqlite:///{history}")     # a path as given, not resolved
+    if file is not None and not file.parent.is_dir() and file.parent.resolve() != studies.resolve():
+        raise ServiceError(f"history folder {quoted(str(file.parent))} does not exist (only the workspace's studies/ is created)")
 
 
 def _mode(ctx: Context, mode: str) -> str:
