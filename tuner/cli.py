@@ -39,10 +39,9 @@ PLAN_HELP = "a fixture name, a JSON file inside the workspace (default: kernel_p
 
 def _stopped(command: str, exc: KeyboardInterrupt, where: str) -> int:
     """The one line an interrupted command prints, and its exit status (128 + the signal)."""
-    signum, how = ((exc.signum, f"terminated by {signal.Signals(exc.signum).name}") if isinstance(exc, Terminated)
-                   else (signal.SIGINT, "interrupted"))
-    if workers.ORPHANED.is_set():
-        how = "stopped: the command that started this worker (--workers) is gone"
+    signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+    how = ("stopped: the command that started this worker (--workers) is gone" if workers.ORPHANED.is_set()
+           else stopping.described(signum))
     with contextlib.suppress(OSError):              # after SIGHUP the terminal may be gone
         print(f"\ntuner {command}: {how}; {where}: run the same command again to resume", file=sys.stderr)
     return 128 + signum

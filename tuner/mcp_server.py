@@ -34,6 +34,7 @@ from mcp_types import INVALID_PARAMS
 from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from tuner import mcp_results as R
+from tuner.stopping import described
 from tuner.workspace import LIMITS, MAX_PATH_CHARS, RESULT_PATH, SERVER_NAME, quoted
 
 DEFAULT_SEARCH_SECONDS = 50.0
@@ -376,8 +377,7 @@ def main(argv: list[str] | None = None) -> int:
         build(workspace, args.history).run("stdio")      # Ctrl-C cancels the calls in flight: their searches save and stop
     except KeyboardInterrupt:
         signum = stops[0] if stops else signal.SIGINT
-        how = "interrupted" if signum == signal.SIGINT else f"terminated by {signal.Signals(signum).name}"
-        print(f"tensor_plan_server: {how}; the calls in flight saved their progress", file=sys.stderr)
+        print(f"tensor_plan_server: {described(signum)}; the calls in flight saved their progress", file=sys.stderr)
         return 128 + signum
     return 0
 

@@ -38,6 +38,11 @@ class Terminated(KeyboardInterrupt):
         self.signum = signum
 
 
+def described(signum: int) -> str:
+    """How a command that ``signum`` stopped ended, in words: ``interrupted`` (Ctrl-C), ``terminated by SIGTERM``."""
+    return "interrupted" if signum == signal.SIGINT else f"terminated by {signal.Signals(signum).name}"
+
+
 ESCAPE_S = 5.0                                      # a stop waiting this long on database work gives way to the next signal
 
 _depth = 0                                          # how deep the main thread is in :func:`held`
