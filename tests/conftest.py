@@ -148,6 +148,15 @@ def reading(database: Path) -> sqlite3.Connection:
     return sqlite3.connect(f"file:{database}?mode=ro", uri=True)
 
 
+def scored_in(database: Path) -> int:
+    """The evaluations a history holds so far, read without creating it (0 while it does not exist or has no tables)."""
+    try:
+        with reading(database) as connection:
+            return connection.execute("select count(*) from tuner_evaluations").fetchone()[0]
+    except sqlite3.OperationalError:
+        return 0
+
+
 def until(done: Callable[[], bool], process: subprocess.Popen, limit_s: float = 300.0) -> bool:
     """Wait until ``done()`` holds (a state, not a time) while ``process`` runs, waiting on the process itself between
     checks; at most ``limit_s``, so that a test whose state never comes fails instead of hanging. Whether it holds."""

@@ -5,13 +5,12 @@ from __future__ import annotations
 import hashlib
 import json
 import signal
-import sqlite3
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
-from conftest import child_env, reading, until
+from conftest import child_env, reading, scored_in, until
 from mcp import Client, StdioServerParameters
 from mcp.types import LATEST_PROTOCOL_VERSION
 
@@ -186,15 +185,7 @@ def test_a_stopped_server_lets_the_search_in_flight_save_and_says_so_in_one_line
         server.stdin.write(json.dumps(message) + "\n")
         server.stdin.flush()
     database = workspace / "studies" / "history.db"
-
-    def scored() -> bool:
-        try:
-            with reading(database) as connection:
-                return connection.execute("select count(*) from tuner_evaluations").fetchone()[0] > 0
-        except sqlite3.OperationalError:
-            return False
-
-    assert until(scored, server)                            # the search is under way
+    assert until(lambda: scored_in(database) > 0, server)   # the search is under way
     server.send_signal(stop)
     _, err = server.communicate(timeout=120)
     assert server.returncode == 128 + stop and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err

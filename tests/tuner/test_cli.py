@@ -13,7 +13,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, reading, until
+from conftest import ROOT, scored_in, until
 
 
 def tuner(workspace, *args, timeout=300):
@@ -249,15 +249,7 @@ def test_ctrl_c_exits_130_with_one_line_and_keeps_the_progress(workspace):
     database = workspace / "studies" / "history.db"
     process = subprocess.Popen([sys.executable, "-m", "tuner", "--workspace", str(workspace), "search_plans", "--max-evals", "1000000"],
                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT)
-
-    def scored() -> int:
-        try:
-            with reading(database) as connection:
-                return connection.execute("select count(*) from tuner_evaluations").fetchone()[0]
-        except sqlite3.OperationalError:
-            return 0
-
-    until(lambda: scored() > 0, process)                   # work is under way
+    until(lambda: scored_in(database) > 0, process)       # work is under way
     shown = tuner(workspace, "--json", "resume_search_history")
     assert [search["state"] for search in json.loads(shown.stdout)["searches"]] == ["running"]    # a live worker is on it
     process.send_signal(signal.SIGINT)
