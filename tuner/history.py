@@ -169,13 +169,16 @@ class Row:
     max_abs: float | None
     idx: np.ndarray = field(repr=False)
     timed_out_s: float | None = None        # a failed run killed at this time limit (s): a longer one may measure it
+    reason: str | None = None               # why a row scored by this process has no value (the cache does not keep it)
 
 
 def rows_of(result: Evaluations, hashes: list[str], idx: np.ndarray) -> list[Row]:
     """Cache rows of an objective's results (aligned with ``hashes`` and ``idx``)."""
     timed_out = result.timed_out or [None] * len(hashes)
-    return [Row(h, float(c) if np.isfinite(c) else None, bool(ok), None if np.isnan(m) else float(m), np.array(row), limit)
-            for h, c, ok, m, row, limit in zip(hashes, result.cycles, result.correct, result.max_abs, idx, timed_out, strict=True)]
+    reasons = result.reasons or [None] * len(hashes)
+    return [Row(h, float(c) if np.isfinite(c) else None, bool(ok), None if np.isnan(m) else float(m), np.array(row), limit, why)
+            for h, c, ok, m, row, limit, why in zip(hashes, result.cycles, result.correct, result.max_abs, idx, timed_out,
+                                                    reasons, strict=True)]
 
 
 def _row(record: Any) -> Row:

@@ -245,11 +245,10 @@ class Search:
         if todo:
             result = self.objective.evaluate(idx[todo], self.spec.mode)
             self.scored += len(todo) * counted
-            reasons = result.reasons or [None] * len(todo)
             samples = result.samples or [[]] * len(todo)
             hashes = [self.space.hash_idx(idx[i]) for i in todo]
-            for i, row, reason, measured in zip(todo, self._cached(result, hashes, idx[todo]), reasons, samples, strict=True):
-                extra = {"reason": reason} if reason is not None else {}
+            for i, row, measured in zip(todo, self._cached(result, hashes, idx[todo]), samples, strict=True):
+                extra = {"reason": row.reason} if row.reason is not None else {}
                 extra |= {"samples": measured} if measured else {}              # a noisy objective's every measurement
                 self._accept(idx[i], row.plan_hash, row.cycles, row.correct, row.max_abs,
                              {**(attrs or {}), **extra} if extra else attrs, cached=False)
@@ -259,10 +258,10 @@ class Search:
         """The cache rows of new results, added to the search's cache and to the rows the next flush writes; those
         without a value are counted by reason."""
         rows = rows_of(result, hashes, idx)
-        for row, reason in zip(rows, result.reasons or [None] * len(rows), strict=True):
+        for row in rows:
             self.cache[row.plan_hash] = row
             if row.cycles is None or not row.correct:
-                self.count_failed(reason or ("incorrect" if row.cycles is not None else "infeasible"))
+                self.count_failed(row.reason or ("incorrect" if row.cycles is not None else "infeasible"))
         self._rows += rows
         return rows
 

@@ -323,7 +323,7 @@ def test_the_main_job_on_a_cache_tunes_from_the_space_s_default_and_writes_the_b
     toy_cache(tmp_path, {(32,): 1.0}, name="one.json.gz", tune_params={"bx": [32]})    # the default is all there is
     assert main(["--workspace", str(tmp_path), "--objective", "cache:one.json.gz", "run"]) == 0
     out = capsys.readouterr().out
-    assert "  checkpoint (plan:" in out and ": 1 evaluation, best time 1 ms, stopped: converged" in out, out
+    assert "  checkpoint (plan:" in out and ": 0 evaluations, best time 1 ms, stopped: converged" in out, out  # the job scored it
     assert "from the space's default)" in out and "the default is the best configuration found" in out, out
 
 
@@ -341,6 +341,30 @@ def test_the_main_job_on_a_program_that_cannot_run_says_why_on_one_line(tmp_path
            "ModuleNotFoundError: No module named 'nonexistent_module'")
     assert err.splitlines()[0] == why and out.splitlines()[0].startswith(f"{why} (configuration "), (out, err)
     assert "no configuration ran: every one scored failed" in out and not (tmp_path / "results" / "tuner_run_best.json").exists()
+
+
+def test_the_main_job_runs_a_default_that_fails_once_and_a_rerun_not_at_all(tmp_path, capsys, monkeypatch):
+    """A real benchmark run can take minutes: the default the job scores, says why it failed and climbs from is
+    the same one run of the program, and the history keeps it for the next job."""
+    from conftest import toy_cache
+
+    from tuner.cli import main
+
+    toy_cache(tmp_path, {(32, 1): 1.0})
+    (tmp_path / "bench.py").write_text(
+        "import json, sys\nc = json.load(sys.stdin)\nopen(sys.argv[1], 'a').write(json.dumps(c) + '\\n')\n"
+        "print(json.dumps({'error': 'no such tile'}) if c == {'bx': 32, 'tile': 1} else c['bx'] / 32 + c['tile'])\n")
+    runs = tmp_path / "runs.log"
+    monkeypatch.chdir(tmp_path)
+    problem = ["--workspace", str(tmp_path), "--objective", f"command:bench.py {runs}", "--space", "toy.json.gz"]
+    assert main([*problem, "run", "--time-s", "30"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("the space's default cannot run: no such tile (configuration "), out
+    configurations = [json.loads(line) for line in runs.read_text().splitlines()]
+    assert configurations.count({"bx": 32, "tile": 1}) == 1 and len(configurations) == 6, configurations   # each once
+    assert main([*problem, "run", "--time-s", "30"]) == 0
+    assert "the space's default cannot run: it failed in an earlier run" in capsys.readouterr().out
+    assert len(runs.read_text().splitlines()) == 6
 
 
 @pytest.mark.parametrize("objective", ["cache", "program"])
