@@ -38,8 +38,12 @@ PLAN_HELP = "a fixture name, a JSON file inside the workspace (default: kernel_p
 
 
 def _stopped(command: str, exc: KeyboardInterrupt, where: str) -> int:
-    """The one line an interrupted command prints, and its exit status (128 + the signal)."""
+    """The one line an interrupted command prints, and its exit status (128 + the signal). A worker of ``--workers``
+    prints none while the command that started it lives: that one got the same Ctrl-C, or passed its signal on, and
+    says it once for every worker."""
     signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT
+    if workers.COORDINATED_WORKER.is_set() and not workers.ORPHANED.is_set():
+        return 128 + signum
     how = ("stopped: the command that started this worker (--workers) is gone" if workers.ORPHANED.is_set()
            else stopping.described(signum))
     with contextlib.suppress(OSError):              # after SIGHUP the terminal may be gone

@@ -23,6 +23,7 @@ from tuner.stopping import Terminated
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 COORDINATED = "TUNER_WORKER_STDIN_IS_COORDINATOR"     # set for the workers ``run`` starts: their stdin is its pipe
+COORDINATED_WORKER = threading.Event()                # set in a worker that ``run`` started
 ORPHANED = threading.Event()                          # set in a worker whose coordinator is gone
 
 
@@ -82,6 +83,7 @@ def stop_with_coordinator() -> None:
     """In a worker that :func:`run` started: stop as on SIGTERM (saving the progress) once the process that started it
     is gone, even killed by SIGKILL, when its end of this worker's stdin closes; so that no worker measures on for nobody."""
     if os.environ.pop(COORDINATED, None) is not None:
+        COORDINATED_WORKER.set()
         threading.Thread(target=_terminate_at_end_of, args=(sys.stdin.fileno(),), daemon=True).start()
 
 

@@ -349,23 +349,30 @@ time.sleep(600)
 """
 
 
-@pytest.mark.parametrize(("stop", "workers"), [(signal.SIGTERM, 1), (signal.SIGTERM, 2), (signal.SIGHUP, 1)])
-def test_sigterm_or_sighup_stops_a_search_as_ctrl_c_does_and_leaves_no_measuring_process(kernel, tmp_path, stop, workers):
+@pytest.mark.parametrize(("stop", "workers", "group"), [(signal.SIGTERM, 1, False), (signal.SIGTERM, 2, False),
+                                                     (signal.SIGHUP, 1, False), (signal.SIGINT, 2, True)])
+def test_a_stop_signal_ends_a_search_with_one_line_and_leaves_no_measuring_process(kernel, tmp_path, stop, workers, group):
     """`timeout`, a job scheduler or `kill` sends SIGTERM to the tuner alone (its workers, and the programs that run in
-    process groups of their own, get nothing), and so does a closed SSH session its SIGHUP: every program is killed
-    with its children, the private copies are removed, the study is saved as cancelled, and the tuner exits 128 + the
-    signal's number saying so."""
+    process groups of their own, get nothing), and so does a closed SSH session its SIGHUP; Ctrl-C in a terminal
+    reaches the tuner's whole process group, its workers too. Either way every program is killed with its children,
+    the private copies are removed, the study is saved as cancelled, and the tuner exits 128 + the signal's number
+    saying so on one line, not one per worker."""
     (kernel / "bench.py").write_text(STUCK.format(log=str(tmp_path)))
     process = subprocess.Popen([sys.executable, "-m", "tuner", "--objective", "command:bench.py", "--space", "space.t1.json",
                                 "--timeout-s", "3600", "search_plans", "--max-evals", "100", "--workers", str(workers)],
-                               cwd=kernel, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                               cwd=kernel, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, start_new_session=group)
     until(lambda: len(list(tmp_path.glob("run-*"))) >= workers, process)    # each worker is measuring: no run ends on its own,
     measuring = len(list(tmp_path.glob("run-*")))                          # and a worker that failed to start ends the wait
-    process.send_signal(stop)
+    if group:
+        os.killpg(process.pid, stop)                                       # as a terminal's Ctrl-C does
+    else:
+        process.send_signal(stop)
     _, err = process.communicate(timeout=120)
     assert measuring == workers, f"a worker never started measuring: {err}"
     assert process.returncode == 128 + stop and "Traceback" not in err, err
-    assert f"terminated by {stop.name}" in err.splitlines()[-1] and "resume" in err.splitlines()[-1]
+    said = [line for line in err.splitlines() if line.startswith("tuner search_plans: ")]
+    assert len(said) == 1 and said[0] == err.splitlines()[-1] and "resume" in said[0], err
+    assert (f"terminated by {stop.name}" if stop != signal.SIGINT else "interrupted") in said[0], err
     runs = {int(run.name[4:]): run.read_text().split(" ", 1) for run in tmp_path.glob("run-*")}
     assert len(runs) == workers
     for program, (child, copy) in runs.items():
