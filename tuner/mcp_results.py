@@ -246,6 +246,8 @@ class GateResult(Strict):
     diff: dict[str, Change] | None = None
     backup: str | None = None
     significance: Significance | None = Field(None, description="with repeats: the final-mode comparison the gate required")
+    current_is_best: bool | None = Field(None, description="apply_best_verified: the plan already is the best verified one, "
+                                                           "so there is nothing to apply")
 
 
 class ExportResult(Strict):

@@ -620,9 +620,10 @@ def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20, rep
         report = gate.apply(ctx.objective, ctx.workspace, seed["plan"], dry, (current, current_metrics), repeats)
         if report["passed"] or report["reasons"][-1].startswith(gate.PLAN_CHANGED):    # the rest would be gated against a stale plan
             return {"candidate_source": seed["source"], **report}
-    reason = ("kernel_plan.json is already the best verified plan of the fixtures and the history"
-              if seeds and seeds[0]["plan_hash"] == plan_hash(current) else "no fixture or history plan passes the gate")
-    return {"passed": False, "applied": False, "dry_run": dry, "reasons": [reason]}
+    if seeds and seeds[0]["plan_hash"] == plan_hash(current):
+        return {"passed": False, "applied": False, "dry_run": dry, "current_is_best": True,
+                "reasons": ["kernel_plan.json is already the best verified plan of the fixtures and the history"]}
+    return {"passed": False, "applied": False, "dry_run": dry, "reasons": ["no fixture or history plan passes the gate"]}
 
 
 def rollback(ctx: Context, backup: str | None = None, dry_run: bool = False) -> dict[str, Any]:

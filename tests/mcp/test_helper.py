@@ -101,6 +101,8 @@ def test_seed_workflow_through_the_helper(workspace):
     assert rc == 0 and (workspace / "fixtures" / "attempt4_best.json").is_file()
     rc, compared, _ = call(workspace, "compare_history", "{}")
     assert rc == 0 and compared["current_is_best"]
+    rc, again, _ = call(workspace, "apply_best_verified", '{"dry_run": false}')         # nothing left to apply: not an error
+    assert rc == 0 and again["current_is_best"] and not again["applied"]
     rc, _, _ = call(workspace, "record_result", "{}")
     assert rc == 0
     after = json.loads((workspace / "kernel_plan.json").read_text())
@@ -111,7 +113,7 @@ def test_seed_workflow_through_the_helper(workspace):
     assert result["metrics"]["dev_best_cycles"] * 5 <= applied["current"]["dev"]["best_cycles"]
     assert {"run_objective", "trace_summary", "local_neighborhood_search", "apply_best_verified"} <= set(result["used_harness_tools"])
     assert ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json" in result["used_harness_artifacts"]
-    assert len(telemetry(workspace)) == len(steps) + 7          # one record per helper call
+    assert len(telemetry(workspace)) == len(steps) + 8          # one record per helper call
 
 
 def test_mcp_install_prints_and_merges_client_configs(workspace):

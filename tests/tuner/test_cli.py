@@ -153,7 +153,9 @@ def test_main_job_improves_the_baseline_at_least_five_times_and_a_rerun_proposes
     assert Path(report).is_file() and "rollback" in out.stdout and "history: " in out.stdout
     ranking = json.loads(tuner(workspace, "--json", "rank_experiments").stdout)["ranking"]
     assert ranking and ranking[0]["rank"] == 1 and all(a["final"] <= b["final"] for a, b in pairwise(ranking))
-    again = json.loads(tuner(workspace, "--json", "apply_best_verified", "--dry-run", "false").stdout)     # nothing better left
+    rerun = tuner(workspace, "--json", "apply_best_verified", "--dry-run", "false")     # nothing better left: done, not refused
+    again = json.loads(rerun.stdout)
+    assert rerun.returncode == 0 and again["current_is_best"] and not again["passed"], rerun
     assert again["reasons"] == ["kernel_plan.json is already the best verified plan of the fixtures and the history"]
     assert not again["applied"] and json.loads(tuner(workspace, "--json", "benchmark_plan").stdout)["plan_hash"] == proposed
 
