@@ -270,9 +270,11 @@ def _now() -> datetime:
 
 
 def shown_url(url: str) -> str:
-    """``url`` as a person may see it: any password hidden."""
+    """``url`` as a person may see it: any password hidden, the rest as given (SQLAlchemy would percent-encode a path's
+    non-ASCII letters)."""
     try:
-        return make_url(url).render_as_string(hide_password=True)
+        parsed = make_url(url)
+        return url if parsed.password is None else parsed.render_as_string(hide_password=True)
     except Exception:                       # not a URL SQLAlchemy can parse: the text says so itself
         return url[:200]
 

@@ -15,7 +15,7 @@ import optuna
 import pytest
 from conftest import ROOT, reading
 
-from tuner.history import History, HistoryUnavailable, Row, TrialRecord, resolve_url
+from tuner.history import History, HistoryUnavailable, Row, TrialRecord, resolve_url, shown_url
 from tuner.plan import SPACE, encode, plan_hash
 from tuner.space import space_from_tune_params
 
@@ -59,6 +59,13 @@ def test_history_accepts_any_sqlalchemy_url(tmp_path):
     url = f"sqlite:///{tmp_path / 'nested' / 'x.db'}"
     History(url).study("a")
     assert "a" in History(url).study_names()
+
+
+def test_a_history_url_is_shown_as_given_with_its_password_hidden(tmp_path):
+    folder = tmp_path / "résultats d'été"
+    assert shown_url(resolve_url(folder / "h.db")) == f"sqlite:///{folder}/h.db"        # not percent-encoded
+    assert shown_url("postgresql+psycopg://tuner:hunter2@db:5432/tuning") == "postgresql+psycopg://tuner:***@db:5432/tuning"
+    assert shown_url("postgresql+psycopg://tuner@db/tuning?sslmode=require") == "postgresql+psycopg://tuner@db/tuning?sslmode=require"
 
 
 def test_an_in_memory_history_reads_as_empty_and_refuses_to_be_written():
