@@ -26,8 +26,9 @@ PLAN_CHANGED = f"{PLAN_FILE} changed while the candidate was gated"     # the re
 
 def measure(objective: Objective, plan: Config, repeats: int = 1, modes: list[str] | None = None) -> dict[str, dict[str, Any]]:
     """Per mode (default: every mode of ``objective``): ``best_cycles`` (the value, lower is better), ``correct``
-    and ``max_abs``. With ``repeats`` > 1 the plan is scored that many times: the value is the median, correct
-    means correct every time, and ``samples`` keeps every value (a noisy benchmark's spread)."""
+    and ``max_abs``, and ``reason`` where a run had no value and the objective says why. With ``repeats`` > 1 the
+    plan is scored that many times: the value is the median, correct means correct every time, and ``samples``
+    keeps every value (a noisy benchmark's spread)."""
     idx = objective.space.encode(plan)[None]
     out = {}
     for mode in modes or objective.modes:
@@ -38,6 +39,8 @@ def measure(objective: Objective, plan: Config, repeats: int = 1, modes: list[st
                      "max_abs": max(errors) if errors else None}
         if repeats > 1:
             out[mode]["samples"] = [number(v) for v in values]
+        if why := next((r.reasons[0] for r in results if r.reasons and r.reasons[0] is not None), None):
+            out[mode]["reason"] = why
     return out
 
 
@@ -45,10 +48,11 @@ def verdict(candidate: dict[str, dict[str, Any]], current: dict[str, dict[str, A
     """Whether ``candidate`` may replace ``current`` (metrics per mode, the search's mode first), and the
     reasons when it may not."""
     modes = list(candidate)
+    infeasible = [m for m in modes if candidate[m]["best_cycles"] is None]
+    if infeasible:
+        why = candidate[infeasible[0]].get("reason")
+        return False, [f"infeasible ({', '.join(infeasible)})" + (f": {why}" if why else "")]
     reasons = [f"not correct in {m} mode (max_abs {candidate[m]['max_abs']})" for m in modes if not candidate[m]["correct"]]
-    if any(candidate[m]["best_cycles"] is None for m in modes):
-        reasons.append("infeasible")
-        return False, reasons
     first, before = candidate[modes[0]]["best_cycles"], current[modes[0]]["best_cycles"]
     if before is not None and first >= before:
         reasons.append(f"does not improve {modes[0]} ({first} >= {before})")

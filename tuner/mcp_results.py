@@ -207,6 +207,7 @@ class Metrics(Strict):
     correct: bool
     max_abs: float | None
     samples: list[Cycles] | None = Field(None, description="every measured value (with repeats)")
+    reason: str | None = Field(None, description="why a run had no value (an infeasible plan), where the objective says")
 
 
 class Summary(Strict):

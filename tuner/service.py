@@ -793,7 +793,7 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
                                "gate": verified, "steps": steps}
     failing = [m for m in MODES if base[m]["best_cycles"] is None]     # a plan edited into one that cannot run
     if failing:
-        outcome["baseline"]["reason"] = ctx.objective.report(baseline, failing[0]).get("reason")
+        outcome["baseline"]["reason"] = base[failing[0]].get("reason")
     if verified.get("passed"):
         cand = verified["candidate"]
         outcome["best"] = {"plan_hash": candidate_hash, **{m: cand[m]["best_cycles"] for m in MODES},

@@ -138,6 +138,15 @@ def test_gate_refuses_regressions_and_incorrect_plans(ctx):
     assert not report["passed"] and any("not correct in final" in r for r in report["reasons"])
 
 
+def test_the_gate_says_why_a_plan_cannot_run(ctx):
+    plan = service.validate_plan(ctx, "tensor_plan_iteration2_neighborhood_best")["plan"]
+    report = service.apply_candidate(ctx, dict(plan, block_m=128, block_n=128, block_k=128, dma_stages=4, scratchpad_kb=48))
+    assert not report["passed"]
+    (why,) = report["reasons"]
+    assert why.startswith("infeasible (dev, final): scratchpad footprint ") and "raise scratchpad_kb" in why, why
+    assert "exceeds scratchpad_kb=48 on final_" in report["candidate"]["final"]["reason"]
+
+
 def test_apply_best_verified_picks_a_gated_improvement(ctx, workspace):
     service.local_neighborhood_search(ctx, fixture="tensor_plan_iteration2_neighborhood_best", max_evals=300)
     report = service.apply_best_verified(ctx, dry_run=False)

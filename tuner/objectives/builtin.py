@@ -11,7 +11,7 @@ import numpy as np
 
 from tuner.objectives.base import Evaluations
 from tuner.plan import SPACE, Plan, decode
-from tuner.task.benchmark import benchmark_report, score_batch
+from tuner.task.benchmark import benchmark_report, infeasibility, score_batch
 from tuner.task.cycles import feasible
 from tuner.task.suites import MODES, suite
 from tuner.task.verifier import TOLERANCE, verify
@@ -48,7 +48,11 @@ class BuiltinObjective:
         max_abs = np.full(len(cycles), np.nan)
         for i in np.flatnonzero(np.isfinite(cycles)):
             max_abs[i] = float(f"{max(verify(decode(idx[i]), mode)):.6g}")
-        return Evaluations(cycles=cycles, correct=np.nan_to_num(max_abs, nan=np.inf) <= TOLERANCE, max_abs=max_abs)
+        unrunnable = np.flatnonzero(~np.isfinite(cycles))              # rare: searches score feasible plans only
+        reasons = [None] * len(cycles) if len(unrunnable) else []
+        for i in unrunnable:
+            reasons[i] = infeasibility(decode(idx[i]), mode)
+        return Evaluations(cycles=cycles, correct=np.nan_to_num(max_abs, nan=np.inf) <= TOLERANCE, max_abs=max_abs, reasons=reasons)
 
     def report(self, plan: Plan, mode: str) -> dict[str, Any]:
         return benchmark_report(plan, mode)
