@@ -7,8 +7,17 @@ environment already says how many (``BLAS_THREADS``); its subprocesses inherit t
 """
 
 import os
+from importlib.metadata import PackageNotFoundError, version
 
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
 for _name in BLAS_THREADS:
     os.environ.setdefault(_name, "1")
+
+
+def package_version() -> str:
+    """The installed package's version (``0+unknown`` in a checkout that was never installed)."""
+    try:
+        return version("tensor-plan-optimizer")
+    except PackageNotFoundError:
+        return "0+unknown"

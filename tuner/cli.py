@@ -21,7 +21,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from tuner import service, stopping, workers
+from tuner import package_version, service, stopping, workers
 from tuner.history import HistoryError, HistoryUnavailable, first_line, shown_url
 from tuner.objectives import ObjectiveError
 from tuner.plan import PlanError
@@ -261,6 +261,7 @@ def parser() -> argparse.ArgumentParser:
         "143 terminated (SIGTERM), 129 hung up (SIGHUP)."))
     _problem_options(top, defaults=True)
     top.add_argument("--json", action="store_true", help="print the result as JSON (default: readable text)")
+    top.add_argument("--version", action="version", version=f"tuner (tensor-plan-optimizer) {package_version()}")
     sub = top.add_subparsers(dest="command", required=True, metavar="COMMAND")
     for name, (_, add, help_) in COMMANDS.items():
         p = sub.add_parser(name, help=help_, description=help_)

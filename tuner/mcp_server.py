@@ -19,7 +19,6 @@ import sys
 import threading
 import time
 from collections.abc import Callable
-from importlib.metadata import PackageNotFoundError, version
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
@@ -34,6 +33,7 @@ from mcp_types import INVALID_PARAMS
 from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from tuner import mcp_results as R
+from tuner import package_version
 from tuner.stopping import described
 from tuner.workspace import LIMITS, MAX_PATH_CHARS, RESULT_PATH, SERVER_NAME, quoted
 
@@ -162,13 +162,6 @@ class _Server(MCPServer):
             if type(exc) is not ToolError or not isinstance(exc.__cause__, ValidationError):    # not the arguments' fault
                 raise
             raise ToolError(_argument_errors(tool, exc.__cause__)) from exc.__cause__
-
-
-def package_version() -> str:
-    try:
-        return version("tensor-plan-optimizer")
-    except PackageNotFoundError:                      # run from a checkout that was never installed
-        return "0+unknown"
 
 
 def build(workspace: Path, history: str | None = None) -> MCPServer:

@@ -183,6 +183,13 @@ def test_the_main_job_from_a_plan_that_cannot_run_in_final_says_why_and_finds_a_
     assert "\nspeedup: dev " in out.stdout and "x, final" not in out.stdout
 
 
+def test_version_is_the_installed_package_s(workspace):
+    from importlib.metadata import version
+
+    out = tuner(workspace, "--version")
+    assert out.returncode == 0 and out.stdout == f"tuner (tensor-plan-optimizer) {version('tensor-plan-optimizer')}\n", out
+
+
 def test_every_option_has_help_and_the_default_output_is_readable(workspace):
     from tuner.cli import parser
 
