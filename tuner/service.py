@@ -251,10 +251,17 @@ def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
         raise ServiceError(f"configuration file {quoted(ref)}: {exc}") from None
 
 
-def _measure(ctx: Context, plan: Plan) -> dict[str, dict[str, Any]]:
+def _measure(ctx: Context, plan: Plan, recorded: bool = False) -> dict[str, dict[str, Any]]:
     """:func:`tuner.gate.measure` of ``plan``, once per context: a call that looks at the same plan (the current
-    plan, a fixture) several times, as the main job does, runs the objective once for it."""
+    plan, a fixture) several times, as the main job does, runs the objective once for it. With ``recorded``, the
+    history's evaluations of the plan where it holds one in every mode: a look at the history runs no benchmark
+    that the history has answered (and values the plan as it values the searches' plans)."""
     key = ctx.objective.space.hash(plan)
+    if key not in ctx.measured and recorded:
+        rows = {m: ctx.history.cached(ctx.objective.name, m, [key]).get(key) for m in ctx.objective.modes}
+        if all(rows.values()):
+            ctx.measured[key] = {m: {"best_cycles": number(r.cycles), "correct": r.correct, "max_abs": r.max_abs}
+                                 for m, r in rows.items() if r is not None}
     if key not in ctx.measured:
         ctx.measured[key] = gate.measure(ctx.objective, plan)
     return ctx.measured[key]
@@ -490,7 +497,7 @@ def _fixture_rows(ctx: Context, unreadable: dict[str, str] | None = None) -> lis
             if unreadable is not None:
                 unreadable[name] = str(exc)
             continue
-        rows.append(_plan_row(ctx, f"fixture:{name}", plan, _measure(ctx, plan)))
+        rows.append(_plan_row(ctx, f"fixture:{name}", plan, _measure(ctx, plan, recorded=True)))
     return rows
 
 
@@ -576,7 +583,7 @@ def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
     _positive("limit", limit, allow_none=False)
     last = _first_last(ctx)[1]
     current, label = _plan(ctx, None)
-    cm = _measure(ctx, current)
+    cm = _measure(ctx, current, recorded=True)
     unreadable: dict[str, str] = {}
     rows = [_plan_row(ctx, "current" if ctx.is_plan else label, current, cm), *_fixture_rows(ctx, unreadable)]
     rows += [{"source": f"study:{b['study']}", "plan_hash": b["plan_hash"], "plan": b["plan"],
@@ -846,7 +853,6 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
     key = space.hash(default)
     row = ctx.history.scored(ctx.objective, mode, space.encode(default)[None])[key]    # the searches from it find it there
     value = number(row.cycles)
-    ctx.measured[key] = {mode: {"best_cycles": value, "correct": row.correct, "max_abs": row.max_abs}}   # compare_history's
     outcome: dict[str, Any] = {"baseline": {"plan_hash": key, "plan": default, mode: value}}
     if value is None:
         outcome["baseline"]["reason"] = row.reason or "it failed in an earlier run (the history keeps the failure, not its reason)"

@@ -354,7 +354,7 @@ def test_the_main_job_on_a_program_that_cannot_run_says_why_on_one_line(tmp_path
 
 def test_the_main_job_runs_a_default_that_fails_once_and_a_rerun_not_at_all(tmp_path, capsys, monkeypatch):
     """A real benchmark run can take minutes: the default the job scores, says why it failed and climbs from is
-    the same one run of the program, and the history keeps it for the next job."""
+    the same one run of the program, and the history keeps it for the next job and for the tools that read it."""
     from conftest import toy_cache
 
     from tuner.cli import main
@@ -373,6 +373,8 @@ def test_the_main_job_runs_a_default_that_fails_once_and_a_rerun_not_at_all(tmp_
     assert configurations.count({"bx": 32, "tile": 1}) == 1 and len(configurations) == 6, configurations   # each once
     assert main([*problem, "run", "--time-s", "30"]) == 0
     assert "the space's default cannot run: it failed in an earlier run" in capsys.readouterr().out
+    for tool in ("compare_history", "resume_search_history"):
+        assert main([*problem, "--json", tool]) == 0 and json.loads(capsys.readouterr().out)
     assert len(runs.read_text().splitlines()) == 6
 
 
