@@ -342,6 +342,10 @@ def test_a_cache_left_open_by_an_interrupted_tuning_is_read_as_kernel_tuner_read
     (tmp_path / "empty.json").write_text(_left_open(knobs, {}))              # opened, nothing measured yet
     with pytest.raises(SpaceError, match="holds no successful measurement"):
         CacheObjective(tmp_path / "empty.json")
+    failed = toy_cache(tmp_path, {(32, 1): "InvalidConfig", (64, 1): "InvalidConfig", (128, 2): "RuntimeFailedConfig"}, name="failed.json")
+    said = r"'failed\.json' holds no successful measurement \(its records: InvalidConfig 2, RuntimeFailedConfig 1\)$"
+    with pytest.raises(SpaceError, match=said):
+        CacheObjective(failed)
 
 
 def test_a_hostile_t1_file_exits_2_and_writes_nothing(tmp_path):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import hashlib
 import json
 import math
+from collections import Counter
 from pathlib import Path
 from typing import Any
 
@@ -30,6 +31,7 @@ NOT_MEASURED = "not measured"
 NO_TIME = "no time measurement"                 # a record that holds neither a time nor an error marker
 T4_INVALIDITY = {"compile": "CompilationFailedConfig", "runtime": "RuntimeFailedConfig", "constraints": "InvalidConfig"}
 MAX_NAMED = 20                                  # knob names quoted in an error, at most
+MAX_REASONS = 3                                 # kinds of failed record an error counts, at most
 
 
 def _kernel_tuner(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[dict[str, Any], Any]]]:
@@ -133,8 +135,10 @@ class CacheObjective:
                 self._reason[key] = time if time in ERROR_MARKERS else f"ErrorConfig: {str(time)[:60]}"
         if not self._time:
             where = f"space file {Path(space_path).name!r}" if space_path is not None else "its tune_params"
+            held = Counter(self._reason.values()).most_common(MAX_REASONS)
             raise SpaceError(f"cache file {path.name!r} holds no successful measurement"
-                             + (f" of a configuration in {where}: {outside}" if outside else ""))
+                             + (f" of a configuration in {where}: {outside}" if outside else "")
+                             + (f" (its records: {', '.join(f'{why} {count:,}' for why, count in held)})" if held else ""))
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
         self.name = f"cache:{digest}:{space.fingerprint}"
         keys = list(self._time)
