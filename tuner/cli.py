@@ -34,6 +34,7 @@ INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, S
 MAX_WORKERS = 256
 GLOBAL_OPTIONS = ("workspace", "history", "objective", "space", "timeout_s", "objective_repeats", "json", "command", "workers",
                   "worker_env")   # not tool arguments
+NAMED_SIGNALS = frozenset(signal.Signals)
 PLAN_HELP = "a fixture name, a JSON file inside the workspace (default: kernel_plan.json)"
 
 
@@ -396,6 +397,12 @@ def _run_workers(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     except KeyboardInterrupt as exc:
         return _stopped(args.command, exc, "every worker saved its progress")
+    for worker in result["per_worker"]:         # a signal to one worker alone, which says nothing itself (_stopped)
+        if (stop := worker["exit"] - 128) in NAMED_SIGNALS:
+            print(f"tuner {args.command}: worker {worker['slot']} {stopping.described(stop)}; it saved its progress", file=sys.stderr)
+        elif -worker["exit"] in NAMED_SIGNALS:
+            print(f"tuner {args.command}: worker {worker['slot']} was killed by {signal.Signals(-worker['exit']).name}; "
+                  "the others took over its claims", file=sys.stderr)
     print(json.dumps(result, indent=2) if args.json else "\n".join(readable(result)), flush=True)
     return code
 

@@ -46,7 +46,8 @@ def slot_environments(count: int, assignments: list[str]) -> list[dict[str, str]
 def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple[dict[str, Any], int]:
     """Run ``python -m tuner ARGV`` in ``count`` worker processes and wait for all of them (an interrupt reaches
     them too: each saves its work; SIGTERM and SIGHUP are passed on). The combined result, ranked in ``mode``, and the first
-    failing exit status, else 1 when no configuration ran in any worker, else 0."""
+    failing exit status (128 + N for a worker killed by signal N, as a shell says), else 1 when no configuration ran in any
+    worker, else 0."""
     environments = slot_environments(count, assignments)
     command = [sys.executable, "-m", "tuner", *argv, "--workers", "1", "--json"]
     processes = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**env, COORDINATED: "1"}, text=True)
@@ -74,9 +75,9 @@ def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple
         except json.JSONDecodeError:
             results.append(None)
     combined = combine(results, codes, mode)
-    failing = [code for code, result in zip(codes, results, strict=True)     # a worker that saw nothing run (1, no best)
-               if code and not (code == 1 and result is not None and result.get("best") is None)]   # is not one: the study's best decides
-    return combined, failing[0] if failing else int(combined["best"] is None)
+    failing = [code if code > 0 else 128 - code for code, result in zip(codes, results, strict=True)   # killed by signal N: 128 + N
+               if code and not (code == 1 and result is not None and result.get("best") is None)]   # a worker that saw nothing
+    return combined, failing[0] if failing else int(combined["best"] is None)   # run (1, no best) is not one: the study's best decides
 
 
 def stop_with_coordinator() -> None:

@@ -427,6 +427,37 @@ def test_a_tuner_killed_outright_leaves_no_measuring_process_and_no_copy(kernel,
     assert len(reaper) == 1 and _ended(reaper[0]) and not Path(copy).exists()     # it removes the copy, then ends
 
 
+HELD = """import json, os, sys, time
+c = json.load(sys.stdin)
+open(os.path.join({log!r}, f"run-{{os.getpid()}}"), "w").close()
+while not os.path.exists(os.path.join({log!r}, "release")):    # measures until the test lets it finish
+    time.sleep(0.01)
+print(c["bx"] / 32 + c["tile"])
+"""
+
+
+@pytest.mark.parametrize(("stop", "said", "code"), [(signal.SIGINT, "interrupted; it saved its progress", 130),
+                                                    (signal.SIGKILL, "was killed by SIGKILL; the others took over its claims", 137)])
+def test_a_signal_to_one_worker_alone_is_named_once_by_the_command(kernel, tmp_path, stop, said, code):
+    """A worker stopped on its own (a `kill` of its pid, the out-of-memory killer) says nothing itself, as under a Ctrl-C
+    of the whole group: the command that started it names it on one line, the other worker finishes the study, and the
+    exit status is the stopped worker's, as a shell gives it (128 + the signal)."""
+    (kernel / "bench.py").write_text(HELD.format(log=str(tmp_path)))
+    process = subprocess.Popen([sys.executable, "-m", "tuner", "--objective", "command:bench.py", "--space", "space.t1.json",
+                                "--json", "search_plans", "--max-evals", "30", "--workers", "2"],
+                               cwd=kernel, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    until(lambda: len(list(tmp_path.glob("run-*"))) >= 2, process)          # both workers measuring
+    os.kill(_children(process.pid)[0], stop)
+    (tmp_path / "release").touch()
+    out, err = process.communicate(timeout=300)
+    assert process.returncode == code and "Traceback" not in err, (process.returncode, out, err)
+    lines = [line for line in err.splitlines() if line.startswith("tuner search_plans: ")]
+    result = json.loads(out)
+    stopped = [w for w in result["per_worker"] if w["exit"] != 0]
+    assert len(stopped) == 1 and lines == [f"tuner search_plans: worker {stopped[0]['slot']} {said}"], (out, err)
+    assert result["evaluations"] == 30 and result["best"] is not None, out
+
+
 def test_workers_stop_and_save_when_the_command_that_started_them_is_killed(kernel, tmp_path):
     """SIGKILL (`kill -9`, the out-of-memory killer) gives the tuner no chance to pass anything on to its workers. Each
     sees its stdin pipe from the tuner close and stops as on SIGTERM: its program is killed with its children, the
