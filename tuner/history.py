@@ -487,7 +487,8 @@ class History:
             return [(v1, bool(c1), v2, bool(c2)) for v1, c1, v2, c2 in connection.execute(query)]
 
     def scored(self, objective: Objective, mode: str, idx: np.ndarray) -> dict[str, Row]:
-        """Rows of the configurations ``idx`` in ``mode``: from the cache, the rest scored now (and cached unless read-only)."""
+        """Rows of the configurations ``idx`` in ``mode``: from the cache, the rest scored now (and cached unless read-only;
+        a failed one carries its ``reason``)."""
         hashes = [objective.space.hash_idx(row) for row in idx]
         found = self.cached(objective.name, mode, hashes)
         todo = sorted({h: i for i, h in enumerate(hashes) if h not in found}.values())
