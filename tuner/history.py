@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import logging
+import sqlite3
 import sys
 import time
 from collections.abc import Callable, Iterable, Iterator
@@ -306,6 +307,21 @@ def sqlite_file(url: str) -> Path | None:
     return None
 
 
+def _wal(dbapi_connection: Any, wait_s: float = 60.0) -> None:
+    """Put the SQLite file in WAL mode (persistent; a no-op once set). The switch does not wait on the busy timeout: a
+    process that opens a new history while another one creates it got "database is locked" at once (workers starting
+    together), so it is tried again for up to ``wait_s``."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            dbapi_connection.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.01)
+
+
 def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
     if url == "sqlite://":
         engine = create_engine(url, poolclass=StaticPool)        # one in-memory database for every connection
@@ -319,7 +335,7 @@ def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
         dbapi_connection.isolation_level = None            # we issue BEGIN ourselves
         dbapi_connection.execute("PRAGMA busy_timeout = 60000")
         if not read_only:
-            dbapi_connection.execute("PRAGMA journal_mode = WAL")       # persistent; a no-op once set
+            _wal(dbapi_connection)
             dbapi_connection.execute("PRAGMA synchronous = NORMAL")
 
     @event.listens_for(engine, "begin")

@@ -147,6 +147,29 @@ def _states(workspace, db):
     return [search["state"] for search in json.loads(out)["searches"]]
 
 
+OPEN_AT_ONCE = """import os, sys, time
+from tuner.history import History
+print(flush=True)                                  # imported
+while not os.path.exists(sys.argv[2]):             # the barrier: every process starts opening once the file exists
+    time.sleep(0.0005)
+History("sqlite:///" + sys.argv[1]).study("s")
+"""
+
+
+def test_processes_that_open_a_new_history_at_once_all_open_it(tmp_path):
+    """Workers started together on a new SQLite history: switching it to WAL does not wait on SQLite's busy timeout, so
+    one of them got "database is locked" and died at its start (1 open in 25 with six at once)."""
+    for round_ in range(6):
+        database, go = tmp_path / f"h{round_}.db", tmp_path / f"go{round_}"
+        processes = [subprocess.Popen([sys.executable, "-c", OPEN_AT_ONCE, str(database), str(go)], stdout=subprocess.PIPE,
+                                      stderr=subprocess.PIPE, text=True, cwd=ROOT) for _ in range(8)]
+        for process in processes:
+            process.stdout.readline()                # every process has imported the tuner
+        go.touch()
+        errors = [process.stderr.read() for process in processes]           # each ends as its stderr closes
+        assert [process.wait(timeout=300) for process in processes] == [0] * 8, errors
+
+
 def test_four_processes_share_one_history(workspace):
     db = workspace / "shared.db"
     procs = [tuner(workspace, "--history", str(db), "search_plans", "--strategy", "quick", "--max-evals", "150", "--seed", str(s))
