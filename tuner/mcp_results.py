@@ -192,6 +192,8 @@ class RepeatedMode(Strict):
     candidate_correct: bool
     against: Summary
     against_correct: bool
+    candidate_reason: str | None = Field(None, description="why the candidate had no value (an infeasible plan)")
+    against_reason: str | None = Field(None, description="why the plan it is compared with had no value")
     comparison: Significance | None = None
 
 

@@ -305,7 +305,8 @@ def repeated_evaluation(ctx: Context, candidate: str | dict[str, Any], against: 
                         repeats: int = 5) -> dict[str, Any]:
     """Measure a candidate and a plan (default: the current one) ``repeats`` times in every mode: per mode
     both summaries (median, spread, the median's 95% interval) and whether the candidate is significantly
-    faster (a bootstrap interval of the ratio of medians)."""
+    faster (a bootstrap interval of the ratio of medians); ``candidate_reason``/``against_reason`` say why a plan
+    had no value where the objective says."""
     repeats = _repeats(repeats, least=2)
     cand, cand_label = _plan(ctx, candidate)
     base, base_label = _plan(ctx, against)
@@ -315,6 +316,8 @@ def repeated_evaluation(ctx: Context, candidate: str | dict[str, Any], against: 
         a, b = cm[m]["samples"], bm[m]["samples"]
         modes[m] = {"candidate": noise.summary(a), "candidate_correct": cm[m]["correct"],
                     "against": noise.summary(b), "against_correct": bm[m]["correct"]}
+        modes[m].update({f"{who}_reason": measured[m]["reason"] for who, measured in (("candidate", cm), ("against", bm))
+                         if "reason" in measured[m]})
         if None not in a and None not in b:
             modes[m]["comparison"] = noise.compare(a, b).as_dict()
     return {"candidate": cand_label, "against": base_label, "repeats": repeats, "modes": modes}

@@ -140,11 +140,15 @@ def test_gate_refuses_regressions_and_incorrect_plans(ctx):
 
 def test_the_gate_says_why_a_plan_cannot_run(ctx):
     plan = service.validate_plan(ctx, "tensor_plan_iteration2_neighborhood_best")["plan"]
-    report = service.apply_candidate(ctx, dict(plan, block_m=128, block_n=128, block_k=128, dma_stages=4, scratchpad_kb=48))
+    unrunnable = dict(plan, block_m=128, block_n=128, block_k=128, dma_stages=4, scratchpad_kb=48)
+    report = service.apply_candidate(ctx, unrunnable)
     assert not report["passed"]
     (why,) = report["reasons"]
     assert why.startswith("infeasible (dev, final): scratchpad footprint ") and "raise scratchpad_kb" in why, why
     assert "exceeds scratchpad_kb=48 on final_" in report["candidate"]["final"]["reason"]
+    repeated = service.repeated_evaluation(ctx, unrunnable, repeats=2)["modes"]
+    assert "exceeds scratchpad_kb=48 on dev_" in repeated["dev"]["candidate_reason"]
+    assert repeated["dev"]["candidate"]["median"] is None and "against_reason" not in repeated["dev"]
 
 
 def test_apply_best_verified_picks_a_gated_improvement(ctx, workspace):
