@@ -475,6 +475,15 @@ class History:
         with self.connect() as connection:
             return {r.plan_hash: r.limit_s for r in connection.execute(query)}
 
+    def stale(self, objective: Objective, mode: str, rows: dict[str, Row]) -> set[str]:
+        """The failures among ``rows`` that were runs killed at a shorter time limit than ``objective``'s: they say
+        only that the run took longer, so a run with this limit measures them again (their new rows are written as
+        ``replaced``)."""
+        limit = getattr(objective, "timeout_s", None)
+        if not limit or all(r.cycles is not None for r in rows.values()):
+            return set()
+        return {h for h, was in self.timed_out(objective.name, mode).items() if was < limit and h in rows and rows[h].cycles is None}
+
     @outlasting_outages
     def best_cached(self, objective: str, mode: str, limit: int) -> list[Row]:
         """The ``limit`` best correct evaluations of ``objective`` in ``mode`` (one query; ties by plan hash)."""
@@ -503,15 +512,17 @@ class History:
             return [(v1, bool(c1), v2, bool(c2)) for v1, c1, v2, c2 in connection.execute(query)]
 
     def scored(self, objective: Objective, mode: str, idx: np.ndarray) -> dict[str, Row]:
-        """Rows of the configurations ``idx`` in ``mode``: from the cache, the rest scored now (and cached unless read-only;
-        a failed one carries its ``reason``)."""
+        """Rows of the configurations ``idx`` in ``mode``: from the cache, the rest (and the :meth:`stale` failures)
+        scored now and cached unless read-only; a failed one carries its ``reason``."""
         hashes = [objective.space.hash_idx(row) for row in idx]
         found = self.cached(objective.name, mode, hashes)
+        stale = self.stale(objective, mode, found)
+        found = {h: r for h, r in found.items() if h not in stale}
         todo = sorted({h: i for i, h in enumerate(hashes) if h not in found}.values())
         if todo:
             rows = rows_of(objective.evaluate(idx[todo], mode), [hashes[i] for i in todo], idx[todo])
             if not self.read_only:
-                self.write(objective.name, mode, rows)
+                self.write(objective.name, mode, rows, replaced=stale)
             found |= {r.plan_hash: r for r in rows}
         return found
 

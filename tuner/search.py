@@ -118,10 +118,7 @@ class Search:
         self.name = spec.study_name(objective.name)
         self.study = history.study(self.name, {"objective": objective.name, "strategy": spec.strategy})
         self.cache = history.cached(objective.name, spec.mode)
-        self.stale: set[str] = set()                       # failures that were runs killed at a shorter limit: measured again
-        if limit := getattr(objective, "timeout_s", None):
-            self.stale = {h for h, was in history.timed_out(objective.name, spec.mode).items()
-                          if was < limit and h in self.cache and self.cache[h].cycles is None}
+        self.stale = history.stale(objective, spec.mode, self.cache)     # failures killed at a shorter limit: measured again
         for h in self.stale:
             del self.cache[h]
         record = history.sweep(self.name)

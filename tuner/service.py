@@ -255,11 +255,12 @@ def _measure(ctx: Context, plan: Plan, recorded: bool = False) -> dict[str, dict
     """:func:`tuner.gate.measure` of ``plan``, once per context: a call that looks at the same plan (the current
     plan, a fixture) several times, as the main job does, runs the objective once for it. With ``recorded``, the
     history's evaluations of the plan where it holds one in every mode: a look at the history runs no benchmark
-    that the history has answered (and values the plan as it values the searches' plans)."""
+    that the history has answered (and values the plan as it values the searches' plans: a run killed at a shorter
+    time limit is measured again)."""
     key = ctx.objective.space.hash(plan)
     if key not in ctx.measured and recorded:
         rows = {m: ctx.history.cached(ctx.objective.name, m, [key]).get(key) for m in ctx.objective.modes}
-        if all(rows.values()):
+        if all(r is not None and not ctx.history.stale(ctx.objective, m, {key: r}) for m, r in rows.items()):
             ctx.measured[key] = {m: {"best_cycles": number(r.cycles), "correct": r.correct, "max_abs": r.max_abs}
                                  for m, r in rows.items() if r is not None}
     if key not in ctx.measured:

@@ -342,6 +342,37 @@ def test_a_run_killed_at_a_shorter_timeout_is_measured_again_under_a_longer_one(
     assert sorted(log.read_text().split()) == ["128", "32", "64", "64", "96"]                # bx=64 measured twice
 
 
+def test_the_reads_and_the_main_job_measure_a_default_killed_at_a_shorter_timeout_again(kernel, tmp_path):
+    """A default killed at a shorter --timeout-s is no value: compare_history under a longer one measures it (and, being
+    read-only, stores nothing), the main job measures it and replaces the failure, and then the read takes its time."""
+    log = tmp_path / "runs.log"
+    (kernel / "bench.py").write_text(f"import json, sys, time\nc = json.load(sys.stdin)\n"
+                                     f"open({str(log)!r}, 'a').write(f\"{{c['bx']}}\\n\")\n"
+                                     "if c['bx'] == 64:\n    time.sleep(2)\nprint(c['bx'] / 32)\n")
+    (kernel / "grid.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "bx", "Values": "[32 * i for i in range(1, 5)]", "Default": 64}]}}))
+    common = ("--objective", "command:bench.py", "--space", "grid.t1.json")
+
+    def default_time(timeout: str) -> float | None:
+        out = _tuner(kernel, *common, "--timeout-s", timeout, "--json", "compare_history")
+        assert out.returncode == 0, out.stderr
+        (row,) = [r for r in json.loads(out.stdout)["rows"] if r["source"] == "the space's default"]
+        return row["time"]
+
+    def runs_of_default() -> int:
+        return log.read_text().split().count("64")
+
+    out = _tuner(kernel, *common, "--timeout-s", "0.5", "run", "--time-s", "60")
+    assert out.returncode == 0 and "the space's default cannot run: bench.py took over 0.5 s" in out.stderr, out.stderr
+    assert runs_of_default() == 1 and default_time("0.5") is None and runs_of_default() == 1
+    assert default_time("30") == 2 and runs_of_default() == 2
+    assert default_time("30") == 2 and runs_of_default() == 3              # measured, not stored
+    out = _tuner(kernel, *common, "--timeout-s", "30", "run", "--time-s", "60")
+    assert out.returncode == 0 and "cannot run" not in out.stderr, out.stderr
+    assert runs_of_default() == 4
+    assert default_time("30") == 2 and default_time("0.5") == 2 and runs_of_default() == 4
+
+
 STUCK = """import os, subprocess, sys, time
 child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"])
 open(os.path.join({log!r}, f"run-{{os.getpid()}}"), "w").write(f"{{child.pid}} {{os.getcwd()}}")
