@@ -123,6 +123,7 @@ _STUDIES, _TRIALS = models.StudyModel.__table__, models.TrialModel.__table__    
 _VALUES, _ATTRS = models.TrialValueModel.__table__, models.TrialUserAttributeModel.__table__
 _IN_CHUNK = 500                                         # plan hashes per IN (...) query
 _SCHEMA_LOCK = 7_461_010                                # PostgreSQL advisory lock key held while the schema is created
+CONNECT_S = 10                  # seconds a PostgreSQL server has to answer a connection, unless its URL sets connect_timeout
 OUTAGE_S = 30.0                 # how long a read or write is tried again while the database fails (a restart, a failover, a full disk)
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -322,6 +323,15 @@ def _wal(dbapi_connection: Any, wait_s: float = 60.0) -> None:
             time.sleep(0.01)
 
 
+def _server_args(url: str) -> dict[str, Any]:
+    """Connect arguments for a database server's ``url``: a PostgreSQL server that does not answer is given up after
+    ``CONNECT_S`` (psycopg would wait 130 s, saying nothing) unless the URL sets ``connect_timeout``."""
+    parsed = make_url(url)
+    if parsed.get_backend_name() == "postgresql" and "connect_timeout" not in parsed.query:
+        return {"connect_timeout": CONNECT_S}
+    return {}
+
+
 def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
     if url == "sqlite://":
         engine = create_engine(url, poolclass=StaticPool)        # one in-memory database for every connection
@@ -367,7 +377,10 @@ class History:
 
     def _open(self, url: str, read_only: bool) -> None:
         try:
-            self.engine = _sqlite_engine(url, read_only) if self.sqlite else create_engine(url, pool_pre_ping=True)
+            if self.sqlite:
+                self.engine = _sqlite_engine(url, read_only)
+            else:
+                self.engine = create_engine(url, pool_pre_ping=True, connect_args=_server_args(url))
             if read_only and url != "sqlite://" and not set(_META.tables) & set(inspect(self.engine).get_table_names()):
                 self.engine.dispose()
                 url, self.sqlite = "sqlite://", True
@@ -426,7 +439,7 @@ class History:
                 connection.commit()
 
     def _optuna_storage(self, url: str) -> optuna.storages.RDBStorage:
-        kwargs: dict[str, Any] = {"connect_args": {"timeout": 60}} if self.sqlite else {}
+        kwargs: dict[str, Any] = {"connect_args": {"timeout": 60} if self.sqlite else _server_args(url)}
         if url != "sqlite://":          # no connection outlives a use: Optuna's storage names and creates studies, once a run
             kwargs["poolclass"] = NullPool  # (so a worker holds two, its search's and its heartbeat's; no -wal/-shm left by reads)
         return _retry(lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs),   # first use may race on the schema

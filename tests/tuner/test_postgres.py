@@ -4,17 +4,20 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 from pathlib import Path
 
 import numpy as np
+import pytest
 from conftest import ROOT, toy_cache, until
 from postgres_cluster import Cluster
 
+from tuner import history as history_module
 from tuner import service
 from tuner.claims import audit
-from tuner.history import History, Row, TrialRecord
+from tuner.history import History, HistoryUnavailable, Row, TrialRecord
 from tuner.objectives.cache import CacheObjective
 from tuner.plan import SPACE, encode, plan_hash
 from tuner.search import Search, Spec
@@ -185,3 +188,13 @@ def test_a_search_holds_no_connection_for_optunas_storage(postgres_url, tmp_path
                                   (database,)).fetchone()[0]
     assert held == search.history.engine.pool.checkedin() <= 2           # every one the search's, pooled
     search.history.close()
+
+
+def test_a_server_that_accepts_and_never_answers_is_given_up_after_the_connect_timeout(monkeypatch):
+    """psycopg waits 130 s for a server that takes the connection and says nothing (a hung server, a wrong port behind a
+    proxy), and the command says nothing meanwhile; the history gives it ``CONNECT_S`` unless the URL sets its own."""
+    monkeypatch.setattr(history_module, "CONNECT_S", 1)
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        url = f"postgresql+psycopg://tuner@127.0.0.1:{silent.getsockname()[1]}/history"
+        with pytest.raises(HistoryUnavailable, match=r"cannot open history .*connection timeout expired"):
+            History(url)
