@@ -358,20 +358,33 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     if args.self_test:
         return anyio.run(self_test, workspace, args.history)
-    stops: list[int] = []
+    stops: list[int] = []                                   # the stop signals that came, first first
+    cancel: Any = signal.default_int_handler                # until the event loop runs: KeyboardInterrupt
 
-    def as_ctrl_c(signum: int, frame: object) -> None:
+    def stop(signum: int, frame: object) -> None:
         stops.append(signum)
-        signal.raise_signal(signal.SIGINT)
+        cancel(signal.SIGINT, frame)
 
-    for signum in (signal.SIGTERM, signal.SIGHUP):       # a client or a closed terminal ends the server as Ctrl-C does
-        signal.signal(signum, as_ctrl_c)
+    async def serve(server: MCPServer) -> None:
+        nonlocal cancel
+        if callable(handler := signal.getsignal(signal.SIGINT)):
+            cancel = handler                                # the event loop's: it cancels the server, and so every call in
+        signal.signal(signal.SIGINT, stop)                  # flight (their searches save and stop); a second one raises
+        await server.run_stdio_async()
+
+    for signum in (signal.SIGTERM, signal.SIGHUP):          # a client or a closed terminal ends the server as Ctrl-C does
+        signal.signal(signum, stop)
     try:
-        build(workspace, args.history).run("stdio")      # Ctrl-C cancels the calls in flight: their searches save and stop
+        anyio.run(serve, build(workspace, args.history))
     except KeyboardInterrupt:
-        signum = stops[0] if stops else signal.SIGINT
-        print(f"tensor_plan_server: {described(signum)}; the calls in flight saved their progress", file=sys.stderr)
-        return 128 + signum
+        if not stops:                                       # Ctrl-C before the event loop ran
+            stops.append(signal.SIGINT)
+    # The server can end without a KeyboardInterrupt although a stop came: a client that stops its server closes its
+    # standard input too, and the server may end on that before the cancellation lands (seen under load, as exit 0
+    # with no word). So the signals that came decide how it ended, not the way out of the loop.
+    if stops:
+        print(f"tensor_plan_server: {described(stops[0])}; the calls in flight saved their progress", file=sys.stderr)
+        return 128 + stops[0]
     return 0
 
 
