@@ -91,6 +91,29 @@ def test_a_benchmark_whose_json_lies_is_a_failed_evaluation_not_a_crash(workspac
     assert result.samples[4] == [100.0, 100.0] and result.samples[0] == []
 
 
+CHATTY = """import json
+plan = json.load(open("kernel_plan.json"))
+report = {"best_cycles": plan["block_m"], "correct": True, "max_abs": 0.0}
+print("WARNING: clock throttled\\n{ not JSON")
+if plan["block_m"] == 48:
+    print(json.dumps(report | {"best_cycles": 999}))                 # a warm-up's report, then the one that counts
+print(json.dumps(report, indent=2) + ("\\ndone" if plan["block_m"] == 32 else ""))
+"""
+
+
+def test_a_benchmark_that_prints_lines_before_its_json_is_read(workspace, attempt1):
+    """A warning or banner on standard output before the report (drivers print them) is passed over, as a program's lines
+    before its last one are: the report is the JSON object that ends the output, starting a line."""
+    (workspace / "benchmark.py").write_text(CHATTY)
+    objective = CommandObjective(workspace)
+    try:
+        result = objective.evaluate(np.stack([encode(attempt1 | {"block_m": m}) for m in (16, 32, 48)]), "dev")
+    finally:
+        objective.close()
+    assert list(result.cycles) == [16, np.inf, 48] and result.correct[0] and result.correct[2]
+    assert "printed no JSON object" in result.reasons[1]
+
+
 def test_a_search_on_a_hanging_benchmark_pays_one_timeout_and_goes_on(workspace, tmp_path, attempt1):
     _misbehaving(workspace, tmp_path)
     profile = {knob: [value] for knob, value in attempt1.items()} | {"block_m": [16, 32, 48, 64]}

@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -270,11 +271,7 @@ class CommandObjective(_Benchmark):
         (self._sandbox() / "kernel_plan.json").write_text(plan_text, encoding="utf-8")
         what = f"benchmark.py --mode {mode}"
         stdout, stderr = self._execute([self.python, "benchmark.py", "--json", "--mode", mode], what)
-        try:
-            report = loads(stdout)
-        except ValueError:
-            report = None
-        if not isinstance(report, dict):
+        if not isinstance(report := _report(stdout), dict):
             raise ObjectiveError(f"{what} printed no JSON object: {stdout[:200]!r}{_tail(stderr, '; stderr: ', 300)}")
         return report
 
@@ -322,6 +319,17 @@ class ProgramObjective(_Benchmark):
         if result.samples:
             out["samples"] = result.samples[0]
         return out
+
+
+def _report(stdout: str) -> Any:
+    """The JSON value that a benchmark's ``stdout`` ends with, starting a line: lines printed before it (a warning, a
+    banner) are passed over, as a program's are before its last line. ``None`` where there is none."""
+    for start in [0, *(m.start() for m in re.finditer(r"\n\{", stdout))]:
+        try:
+            return loads(stdout[start:])
+        except ValueError:
+            continue
+    return None
 
 
 def _best_cycles(report: dict[str, Any]) -> float:
