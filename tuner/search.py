@@ -119,6 +119,9 @@ class Search:
         self.study = history.study(self.name, {"objective": objective.name, "strategy": spec.strategy})
         self.cache = history.cached(objective.name, spec.mode)
         self.stale = history.stale(objective, spec.mode, self.cache)     # failures killed at a shorter limit: measured again
+        # an objective that runs a program (it has a time limit per run) is claimed and scored one configuration at a
+        # time, so that the time budget or a cancel ends a batch between runs, not after hundreds of them
+        self.one_by_one = getattr(objective, "timeout_s", None) is not None
         for h in self.stale:
             del self.cache[h]
         record = history.sweep(self.name)
@@ -204,8 +207,8 @@ class Search:
     # --- evaluation -------------------------------------------------------------------------
 
     def evaluate(self, idx: np.ndarray, attrs: dict[str, Any] | None = None, counted: bool = True) -> np.ndarray:
-        """Values of proposals in the search's mode (``inf`` for infeasible, incorrect, over budget or being
-        scored by another worker: those are in ``elsewhere``), in order.
+        """Values of proposals in the search's mode (``inf`` for infeasible, incorrect, over budget, left unscored by
+        the time budget or a cancel, or being scored by another worker: those are in ``elsewhere``), in order.
 
         Infeasible plans are never scored; plans the history holds come from the cache and do not count
         against the budget; new plans are claimed and scored up to the study's remaining budget (all of them
@@ -219,17 +222,22 @@ class Search:
             if h and h not in self.seen and h not in unseen:
                 unseen[h] = i
         self.elsewhere, others = set(), False
-        if unseen:
-            claimed = self.worker.claim([(f"plan:{h}", int(counted and h not in self.cache), idx[i].tolist()) for h, i in unseen.items()],
+        pending = list(unseen.items())
+        part = 1 if self.one_by_one else max(len(pending), 1)
+        for start in range(0, len(pending), part):
+            if start and self.interrupted():               # a program's runs: the time budget or a cancel ends the batch
+                break
+            chunk = dict(pending[start:start + part])
+            claimed = self.worker.claim([(f"plan:{h}", int(counted and h not in self.cache), idx[i].tolist()) for h, i in chunk.items()],
                                         self.budget)
-            self.elsewhere = {item.removeprefix("plan:") for item in claimed.elsewhere}
-            others = bool(claimed.done or claimed.elsewhere)
+            self.elsewhere |= {item.removeprefix("plan:") for item in claimed.elsewhere}
+            others = others or bool(claimed.done or claimed.elsewhere)
             granted = {item.removeprefix("plan:") for item in claimed.granted}
-            for h in unseen:                                # in the batch's order: the same members every run
+            for h in chunk:                                 # in the batch's order: the same members every run
                 if h in granted and h in self.cache:
                     row = self.cache[h]
                     self._accept(row.idx, h, row.cycles, row.correct, row.max_abs, attrs, cached=True)
-            self._score([unseen[h] for h in unseen if h in granted and h not in self.cache], idx, attrs, counted)
+            self._score([chunk[h] for h in chunk if h in granted and h not in self.cache], idx, attrs, counted)
         if others or time.monotonic() - self._last_sync >= SYNC_S:
             self.sync()
         values = np.array([self.seen.get(h, np.inf) if h else np.inf for h in hashes], dtype=float)

@@ -19,9 +19,11 @@ import numpy as np
 import pytest
 from conftest import misbehaviours, running, toy_cache, until
 
+from tuner.history import History
 from tuner.objectives import Evaluations
 from tuner.objectives.base import RULED_OUT
 from tuner.objectives.command import ProgramObjective
+from tuner.search import Search, Spec
 from tuner.space import space_from_t1
 
 KNOBS = {"bx": [32, 64, 96, 128, 160], "tile": [1, 2, 4, 8], "layout": ["row", "col"]}
@@ -371,6 +373,30 @@ def test_the_reads_and_the_main_job_measure_a_default_killed_at_a_shorter_timeou
     assert out.returncode == 0 and "cannot run" not in out.stderr, out.stderr
     assert runs_of_default() == 4
     assert default_time("30") == 2 and default_time("0.5") == 2 and runs_of_default() == 4
+
+
+def test_a_cancel_ends_a_batch_of_program_runs_between_two_runs(kernel, tmp_path):
+    """A program's configurations are claimed and scored one at a time, so a cancel (or the time budget) ends even a batch
+    of a hundred, such as a local search's pair phase, after the run in progress; the study counts only what ran (it
+    claimed and counted the whole batch first, and ran all of it)."""
+    log = tmp_path / "runs.log"
+    (kernel / "bench.py").write_text(f"import json, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write('run\\n')\n"
+                                     "print(1 + c['bx'])\n")
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": "bx", "Values": "[i for i in range(100)]"}]}})
+
+    def runs() -> int:
+        return len(log.read_text().splitlines()) if log.exists() else 0
+
+    objective = ProgramObjective(kernel, ["bench.py"], space)
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), objective, Spec(strategy="checkpoint", mode="time", max_evals=1000),
+                    should_stop=lambda: runs() >= 3)
+    try:
+        values = search.evaluate(np.arange(100, dtype=np.int16)[:, None], {"phase": "pair"})
+        assert runs() == 3 and list(values[:3]) == [1, 2, 3] and np.isinf(values[3:]).all()
+        assert search.evaluations == 3 and search.stop_reason() == "cancelled"
+    finally:
+        search.close()
+        objective.close()
 
 
 STUCK = """import os, subprocess, sys, time
