@@ -222,12 +222,9 @@ class Search:
             if h and h not in self.seen and h not in unseen:
                 unseen[h] = i
         self.elsewhere, others = set(), False
-        pending = list(unseen.items())
-        part = 1 if self.one_by_one else max(len(pending), 1)
-        for start in range(0, len(pending), part):
-            if start and self.interrupted():               # a program's runs: the time budget or a cancel ends the batch
+        for n, chunk in enumerate(self._chunks(unseen)):
+            if n and self.interrupted():                    # a program's runs: the time budget or a cancel ends the batch
                 break
-            chunk = dict(pending[start:start + part])
             claimed = self.worker.claim([(f"plan:{h}", int(counted and h not in self.cache), idx[i].tolist()) for h, i in chunk.items()],
                                         self.budget)
             self.elsewhere |= {item.removeprefix("plan:") for item in claimed.elsewhere}
@@ -244,6 +241,20 @@ class Search:
         if time.monotonic() - self._last_flush >= self.flush_seconds or len(self._rows) >= self.flush_every:
             self.flush()
         return values
+
+    def _chunks(self, unseen: dict[str, int]) -> list[dict[str, int]]:
+        """``unseen`` (plan hash -> position), in order, in the parts claimed and scored at once: all of it, or for an
+        objective that runs a program (``one_by_one``) parts that each end with one configuration the history lacks."""
+        if not self.one_by_one:
+            return [unseen] if unseen else []
+        chunks: list[dict[str, int]] = []
+        chunk: dict[str, int] = {}
+        for h, i in unseen.items():
+            chunk[h] = i
+            if h not in self.cache:
+                chunks.append(chunk)
+                chunk = {}
+        return [*chunks, chunk] if chunk else chunks
 
     def _score(self, todo: list[int], idx: np.ndarray, attrs: dict[str, Any] | None, counted: bool) -> None:
         """Score the claimed configurations ``idx[todo]`` and accept their results."""
