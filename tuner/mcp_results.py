@@ -136,7 +136,8 @@ class PlanRow(Strict):
     plan_hash: str
     plan: Plan | None = None
     dev: Cycles
-    final: Cycles
+    final: Cycles = Field(description="None where infeasible, or for a history plan that no search checked in final mode "
+                                      "(the gate measures a plan before it applies it)")
     correct: bool
 
 

@@ -196,7 +196,7 @@ def build(workspace: Path, history: str | None = None) -> MCPServer:
 
     @tool
     async def resume_search_history(ctx: Context, limit: Rows = 5) -> R.ResumeResult:
-        """Best seeds from fixtures and history (verified in both modes) and the searches already run."""
+        """Best seeds: fixtures (measured in both modes) and history (final where a search checked it); the searches already run."""
         return await server.call(ctx, "resume_search_history", limit=limit)
 
     @tool

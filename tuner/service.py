@@ -506,16 +506,20 @@ def _fixture_rows(ctx: Context, unreadable: dict[str, str] | None = None) -> lis
 
 
 def _history_rows(ctx: Context, limit: int) -> list[dict[str, Any]]:
+    """The history's ``4 * limit`` best plans in the search's mode, with their authority value where it holds one (a
+    search checks its finalists there; ``None`` elsewhere). It runs nothing: measuring the rest in the authority, the
+    slow mode of a real benchmark, would cost dozens of runs per call (a read-only tool could not even keep them), and
+    the gate measures the plan it tries anyway."""
     name, space = ctx.objective.name, ctx.objective.space
     first, last = _first_last(ctx)
-    best = ctx.history.best_cached(name, first, max(limit * 4, limit))
-    held = ctx.history.scored(ctx.objective, last, np.stack([r.idx for r in best])) if best and last != first else {}
-    out = []
+    best = ctx.history.best_cached(name, first, limit * 4)
+    held = ctx.history.cached(name, last, [r.plan_hash for r in best]) if last != first else {r.plan_hash: r for r in best}
+    rows = []
     for r in best:
-        f = held.get(r.plan_hash, r)
-        out.append({"source": "history", "plan_hash": r.plan_hash, "plan": space.decode(r.idx), first: number(r.cycles),
-                    last: number(f.cycles), "correct": bool(f.correct)})
-    return out
+        f = held.get(r.plan_hash)                       # its authority row: None where no search checked it there
+        rows.append({"source": "history", "plan_hash": r.plan_hash, "plan": space.decode(r.idx), first: number(r.cycles),
+                     last: number(f.cycles) if f else None, "correct": r.correct and (f is None or f.correct)})
+    return rows
 
 
 def _seeds(ctx: Context, limit: int, unreadable: dict[str, str] | None = None) -> list[dict[str, Any]]:
@@ -532,7 +536,8 @@ def _profile_folders(ctx: Context) -> tuple[Path, ...]:
 
 
 def resume_search_history(ctx: Context, limit: int = 5) -> dict[str, Any]:
-    """The best seeds (fixtures and history, verified in every mode) and the searches already run."""
+    """The best seeds (the fixtures, measured in every mode; the history's best, with the authority's value where a
+    search checked them there) and the searches already run."""
     _positive("limit", limit, allow_none=False)
     at_work = studies_at_work(ctx.history)
     sweeps = [{k: s[k] for k in ("study_name", "strategy", "target", "mode", "state", "evaluations", "updated")}

@@ -263,3 +263,19 @@ def test_tied_plans_break_by_hash_whatever_order_the_history_holds_them(tmp_path
         winners.add(service.apply_best_verified(ctx)["candidate_hash"])
         ctx.close()
     assert winners == {min(SPACE.hash(p) for p in tied)}
+
+
+def test_the_history_seeds_run_nothing_and_the_gate_measures_the_one_it_tries(ctx):
+    """The gate's seeds from the history carry the authority's value where a search checked the plan there, and
+    ``None`` elsewhere: listing them runs no benchmark (with a real one, the final mode of 80 plans per call, which a
+    read-only tool could not even keep); the gate measures the plan it tries."""
+    service.local_neighborhood_search(ctx, fixture="tensor_plan_iteration2_neighborhood_best", include_final=False, max_evals=60)
+    final = ctx.objective.name, "final"
+    assert ctx.history.cached(*final) == {}
+    seeds = [s for s in service.resume_search_history(ctx)["seeds"] if s["source"] == "history"]
+    assert seeds and all(s["final"] is None for s in seeds) and ctx.history.cached(*final) == {}
+    report = service.apply_best_verified(ctx)
+    assert report["passed"] and report["candidate_source"] == "history" and report["candidate"]["final"]["best_cycles"] > 0
+    service.local_neighborhood_search(ctx, fixture="tensor_plan_iteration2_neighborhood_best", max_evals=60)
+    seeds = [s for s in service.resume_search_history(ctx)["seeds"] if s["source"] == "history"]
+    assert seeds[0]["final"] == ctx.history.cached(*final)[seeds[0]["plan_hash"]].cycles     # the finalists are checked
