@@ -7,6 +7,8 @@ environment already says how many (``BLAS_THREADS``); its subprocesses inherit t
 """
 
 import os
+import signal
+import sys
 from importlib.metadata import PackageNotFoundError, version
 
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -21,3 +23,9 @@ def package_version() -> str:
         return version("tensor-plan-optimizer")
     except PackageNotFoundError:
         return "0+unknown"
+
+
+def quiet_ctrl_c_while_loading() -> None:
+    """Until a command installs its own handlers, Ctrl-C exits with 130 and no traceback: loading the tuner takes most of
+    a second, and nothing has begun that a traceback would explain. For the commands' entry points only."""
+    signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(128 + signum))

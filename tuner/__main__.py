@@ -1,10 +1,14 @@
-"""``python -m tuner``."""
+"""``python -m tuner`` and the ``tuner`` command."""
 
-import signal
-import sys
+from tuner import quiet_ctrl_c_while_loading
 
-signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(128 + signum))   # Ctrl-C while it loads: nothing began, no traceback
 
-from tuner.cli import main  # noqa: E402  (after the handler: loading takes half a second)
+def main() -> int:
+    quiet_ctrl_c_while_loading()
+    from tuner.cli import main as cli  # after the handler
 
-raise SystemExit(main())
+    return cli()
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

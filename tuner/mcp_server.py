@@ -12,6 +12,11 @@ the first call.
 
 from __future__ import annotations
 
+import tuner
+
+if __name__ == "__main__":                  # python -m tuner.mcp_server
+    tuner.quiet_ctrl_c_while_loading()
+
 import argparse
 import contextlib
 import signal
@@ -352,6 +357,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--history", default=None, help="history file or URL (default: WORKSPACE/studies/history.db)")
     parser.add_argument("--self-test", action="store_true", help="list the tools and call the read-only ones")
     args = parser.parse_args(argv)
+    signal.signal(signal.SIGINT, signal.default_int_handler)   # asyncio makes Ctrl-C cancel the calls only over this one
     workspace = Path(args.workspace).resolve()
     if not (workspace / "kernel_plan.json").is_file():
         print(f"tensor_plan_server: error: no kernel_plan.json in {workspace}", file=sys.stderr)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import signal
 import sqlite3
@@ -268,6 +269,41 @@ def test_ctrl_c_exits_130_with_one_line_and_keeps_the_progress(workspace):
     with sqlite3.connect(database) as connection:
         state, evaluations = connection.execute("select state, evaluations from tuner_sweeps").fetchone()
     assert state == "cancelled" and evaluations > 0
+
+
+HOLD_IMPORT = """
+import os, signal, sys
+
+class Hold:
+    \"\"\"Stops the first import of HOLD_IMPORT until a signal comes, having said so in the file HOLD_READY.\"\"\"
+
+    def find_spec(self, name, path=None, target=None):
+        if name == os.environ["HOLD_IMPORT"]:
+            sys.meta_path.remove(self)
+            open(os.environ["HOLD_READY"], "w").close()
+            signal.pause()
+
+sys.meta_path.insert(0, Hold())
+"""
+LAUNCHER = ROOT / ".harnessgym" / "mcp" / "tensor-plan-server" / "tensor_plan_server.py"
+
+
+@pytest.mark.parametrize(("entry", "held"), [(["-m", "tuner", "compare_history"], "tuner.cli"), (["tuner", "compare_history"], "tuner.cli"),
+                                             (["-m", "tuner.mcp_server"], "mcp.server"), ([str(LAUNCHER)], "mcp.server")],
+                         ids=["python -m tuner", "tuner", "python -m tuner.mcp_server", "launcher"])
+def test_ctrl_c_while_a_command_loads_exits_130_with_no_traceback(workspace, tmp_path, entry, held):
+    """Loading takes most of a second; Ctrl-C in it printed Python's traceback of whatever import it landed in."""
+    (hooks := tmp_path / "hooks").mkdir()
+    (hooks / "sitecustomize.py").write_text(HOLD_IMPORT)
+    ready = tmp_path / "ready"
+    command = [str(Path(sys.executable).parent / entry[0]), *entry[1:]] if entry[0] == "tuner" else [sys.executable, *entry]
+    env = {**os.environ, "PYTHONPATH": str(hooks), "HOLD_IMPORT": held, "HOLD_READY": str(ready)}
+    process = subprocess.Popen([*command, "--workspace", str(workspace)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               stderr=subprocess.PIPE, text=True, cwd=workspace, env=env)
+    assert until(ready.exists, process), process.communicate()
+    process.send_signal(signal.SIGINT)
+    out, err = process.communicate(timeout=120)
+    assert (process.returncode, out, err) == (130, "", "")
 
 
 def test_a_sweep_of_the_whole_tensor_space_with_no_budget_says_so_as_it_starts(workspace):

@@ -14,6 +14,9 @@ import _bootstrap  # noqa: E402,F401  (re-runs under the repository's .venv when
 
 if "--workspace" not in sys.argv:
     sys.argv[1:1] = ["--workspace", os.environ.get("TENSOR_PLAN_WORKSPACE", str(ROOT))]
+import tuner  # noqa: E402
+
+tuner.quiet_ctrl_c_while_loading()
 from tuner.mcp_server import main  # noqa: E402
 
 raise SystemExit(main())
