@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import json
 import os
 import signal
@@ -115,6 +116,10 @@ def _search_args(p: argparse.ArgumentParser, evals: int | None) -> None:
                    help=f"time budget in seconds, at most {LIMITS['time_s']:,} (default: none)")
     p.add_argument("--include-final", type=_bool, default=True, metavar="true|false",
                    help="check the dev winners in final mode too (default true)")
+    _workers_args(p)
+
+
+def _workers_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--workers", type=_positive(int, MAX_WORKERS), default=1, metavar="N",
                    help=f"worker processes on this machine, at most {MAX_WORKERS}; they share the study through the history, as the "
                         "same command started on other hosts against the same --history does (default 1)")
@@ -140,7 +145,7 @@ COMMANDS: dict[str, Command] = {
                             "follow (with --objective command, benchmark runs of their own)"),
         p.add_argument("--apply", action="store_true", help="write the verified winner to kernel_plan.json (a backup is kept; "
                                                             "the tensor plan only)"),
-        _seed_arg(p)), "run the seed's workflow end to end: score, trace, search, verify, apply, report; on a cache or "
+        _seed_arg(p), _workers_args(p)), "run the seed's workflow end to end: score, trace, search, verify, apply, report; on a cache or "
                        "your kernel's program: score the space's default, search from it and across the space, write the "
                        "best configuration and the report"),
     "run_objective": (service.run_objective, lambda p: (_mode_arg(p, None), _plan_arg(p)),
@@ -331,7 +336,8 @@ def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
         resumed = f", resumed after {step['resumed_from']:,}" if step.get("resumed_from") else ""
         found = step[f"best_{mode}"]
         best = f"best {mode} {value(found)}" if found is not None else "nothing correct" if ctx.is_plan else "nothing ran"
-        lines.append(f"  {what}: {service.counted(step['evaluations'], 'evaluation')}{resumed}, {best}, stopped: {step['stopped']}")
+        by = f" by {step['workers']} workers" if step["workers"] > 1 else ""
+        lines.append(f"  {what}: {service.counted(step['evaluations'], 'evaluation')}{by}{resumed}, {best}, stopped: {step['stopped']}")
     lines += _render_tensor_winner(result, ctx) if ctx.is_plan else _render_best(result, mode, value)
     lines.append(f"history: {shown_url(ctx.history_url)}")
     if result.get("report"):
@@ -397,14 +403,37 @@ def _run_workers(args: argparse.Namespace, argv: list[str]) -> int:
         return 2
     except KeyboardInterrupt as exc:
         return _stopped(args.command, exc, "every worker saved its progress")
-    for worker in result["per_worker"]:         # a signal to one worker alone, which says nothing itself (_stopped)
-        if (stop := worker["exit"] - 128) in NAMED_SIGNALS:
-            print(f"tuner {args.command}: worker {worker['slot']} {stopping.described(stop)}; it saved its progress", file=sys.stderr)
-        elif -worker["exit"] in NAMED_SIGNALS:
-            print(f"tuner {args.command}: worker {worker['slot']} was killed by {signal.Signals(-worker['exit']).name}; "
-                  "the others took over its claims", file=sys.stderr)
+    _say_signalled_workers(args.command, result)
     print(json.dumps(result, indent=2) if args.json else "\n".join(readable(result)), flush=True)
     return code
+
+
+def _say_signalled_workers(command: str, result: dict[str, Any]) -> None:
+    """A line for each worker that a signal to it alone stopped or killed (it says nothing itself: :func:`_stopped`)."""
+    for worker in result["per_worker"]:
+        if (stop := worker["exit"] - 128) in NAMED_SIGNALS:
+            print(f"tuner {command}: worker {worker['slot']} {stopping.described(stop)}; it saved its progress", file=sys.stderr)
+        elif -worker["exit"] in NAMED_SIGNALS:
+            print(f"tuner {command}: worker {worker['slot']} was killed by {signal.Signals(-worker['exit']).name}; "
+                  "the others took over its claims", file=sys.stderr)
+
+
+def _search_in_workers(args: argparse.Namespace, tool: str, kwargs: dict[str, Any], mode: str) -> dict[str, Any]:
+    """One search of ``run --workers N``: ``tool`` with ``kwargs`` as the same command with ``--workers N`` runs it, on the
+    problem and history of ``args``. A worker that failed (its own line says why) fails the main job."""
+    argv = ["--workspace", args.workspace, "--objective", args.objective, "--timeout-s", str(args.timeout_s),
+            "--repeats", str(args.objective_repeats), *(["--history", args.history] if args.history is not None else []),
+            *(["--space", args.space] if args.space is not None else []), tool]
+    for name, value in kwargs.items():
+        if value is not None:
+            argv += [f"--{name.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
+    result, _ = workers.run(argv, args.workers, args.worker_env, mode)
+    _say_signalled_workers(f"run ({tool})", result)
+    for worker in result["per_worker"]:
+        if worker["new_evaluations"] is None and worker["exit"] > 0 and worker["exit"] - 128 not in NAMED_SIGNALS:
+            raise workers.WorkerFailed(f"worker {worker['slot']} of {tool} ended with exit status {worker['exit']}, "
+                                       "for the reason it gave above")
+    return result
 
 
 def _refused(command: str, result: dict[str, Any]) -> bool:
@@ -431,16 +460,20 @@ def main(argv: list[str] | None = None) -> int:
 def _command(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command == "mcp":
         return args.handler(args)
-    if getattr(args, "workers", 1) > 1:
+    in_workers = getattr(args, "workers", 1) > 1
+    if in_workers and args.command != "run":
         return _run_workers(args, argv)
     function, _, _ = COMMANDS[args.command]
     kwargs = _arguments(args)
     ctx = None
     try:
         workers.stop_with_coordinator()
+        if in_workers:                                  # run: its searches in workers, the rest here
+            workers.slot_environments(args.workers, args.worker_env)       # a bad --worker-env before anything runs
         ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command,
                                      log=lambda line: print(line, file=sys.stderr, flush=True), timeout_s=args.timeout_s,
-                                     objective_repeats=args.objective_repeats)
+                                     objective_repeats=args.objective_repeats,
+                                     search_workers=functools.partial(_search_in_workers, args) if in_workers else None)
         result = function(ctx, **kwargs)
         if args.json:
             print(json.dumps(result, indent=2), flush=True)
@@ -449,7 +482,7 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
     except INPUT_ERRORS as exc:
         print(f"tuner {args.command}: error: {str(exc)[:MAX_PATH_CHARS * 2]}", file=sys.stderr)
         return 2
-    except (ObjectiveError, HistoryError, SQLAlchemyError, OSError) as exc:
+    except (ObjectiveError, HistoryError, SQLAlchemyError, OSError, workers.WorkerFailed) as exc:
         if isinstance(exc, BrokenPipeError):           # the reader (head, less) stopped reading: nothing is lost
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
             return 0

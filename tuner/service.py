@@ -77,6 +77,11 @@ WRITES: dict[str, frozenset[str]] = {
 }
 
 
+SearchWorkers = Callable[[str, dict[str, Any], str], dict[str, Any]]
+"""Runs search tool ``TOOL`` with its keyword arguments in worker processes on one study, and returns the combined
+result ranked in the mode given (:func:`tuner.workers.combine`)."""
+
+
 @dataclass
 class Context:
     """Where the tools work: a workspace, a history database and an objective (``builtin``, ``command``,
@@ -94,6 +99,7 @@ class Context:
     timeout_s: float = 120.0                            # the command objective: seconds one benchmark run may take
     objective_repeats: int = 1                          # the command objective: runs per plan, valued by their median
     checking: bool = False                              # a search checks its arguments and returns before it runs
+    search_workers: SearchWorkers | None = None         # runs the main job's searches in worker processes (run --workers)
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)   # plan hash -> its metrics, measured once per context
 
     @classmethod
@@ -468,6 +474,9 @@ def search_plans(ctx: Context, strategy: str = "quick", max_evals: int = 500, ti
     return _search(ctx, spec)
 
 
+SEARCHES: dict[str, Callable[..., dict[str, Any]]] = {name: globals()[name] for name in SEARCH_TOOLS}
+
+
 # --- history ----------------------------------------------------------------------------------
 
 def _first_last(ctx: Context) -> tuple[str, str]:
@@ -793,14 +802,16 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     # the local search starts from the best fixture (fixed inputs), so a rerun resumes the same search and,
     # having nothing new to explore, proposes the same winner; the history's seeds compete at the gate
     best_fixture = min((r for r in _fixture_rows(ctx) if r["correct"]), key=_rank_key(ctx), default=None)
-    start = best_fixture["plan"] if best_fixture else baseline
+    start = best_fixture["source"].removeprefix("fixture:") if best_fixture else None     # None: the current plan
     _log(ctx, f"baseline: dev {ctx.shown(base['dev']['best_cycles'])}; {len(seeds)} seed(s), {len(resumed['searches'])} earlier search(es)")
     steps += _run_searches(ctx, started + float(time_s), float(time_s), [
-        ("checkpoint", lambda left: local_neighborhood_search(ctx, plan=start, include_final=True, max_evals=RUN_LOCAL_EVALS,
-                                                              time_s=left)),
-        *((f"exhaustive ({profile})", lambda left, p=profile: bounded_exhaustive_search(ctx, p, include_final=True, time_s=left))
+        ("checkpoint", lambda left: _search_step(ctx, "local_neighborhood_search", plan=start, include_final=True,
+                                                 max_evals=RUN_LOCAL_EVALS, time_s=left)),
+        *((f"exhaustive ({profile})", lambda left, p=profile: _search_step(ctx, "bounded_exhaustive_search", profile=p,
+                                                                           include_final=True, time_s=left))
           for profile in ("iteration3_dev_core", "iteration3_layout_relaxed")),
-        ("quick", lambda left: search_plans(ctx, "quick", max_evals=RUN_QUICK_EVALS, time_s=left, seed=seed))])
+        ("quick", lambda left: _search_step(ctx, "search_plans", strategy="quick", max_evals=RUN_QUICK_EVALS, time_s=left,
+                                            seed=seed))])
     _log(ctx, "verifying the best plans through the gate")
     verified = apply_best_verified(ctx, dry_run=not apply)
     winner = ctx.workspace.current_plan() if verified.get("applied") else None
@@ -830,6 +841,14 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
     return outcome
 
 
+def _search_step(ctx: Context, tool: str, **kwargs: Any) -> dict[str, Any]:
+    """One of the main job's searches: ``tool`` called with ``kwargs`` here, or in worker processes on one study
+    (``ctx.search_workers``), whose combined result has the same fields the steps read."""
+    if ctx.search_workers is not None:
+        return ctx.search_workers(tool, kwargs, ctx.objective.modes[0])
+    return SEARCHES[tool](ctx, **kwargs)
+
+
 def _run_searches(ctx: Context, deadline: float, time_s: float,
                   runs: list[tuple[str, Callable[[float], dict[str, Any]]]]) -> list[dict[str, Any]]:
     """The main job's searches in turn, each given the seconds left before ``deadline`` (``time.monotonic``), as its
@@ -845,7 +864,8 @@ def _run_searches(ctx: Context, deadline: float, time_s: float,
         s = run(left)
         best = s["best"][mode] if s["best"] else None
         steps.append({"step": s["strategy"], "target": s["target"], "study": s["study"], "evaluations": s["evaluations"],
-                      "resumed_from": s["evaluations"] - s["new_evaluations"], "stopped": s["stopped"], f"best_{mode}": best})
+                      "resumed_from": s["evaluations"] - s["new_evaluations"], "stopped": s["stopped"], f"best_{mode}": best,
+                      "workers": s.get("workers", 1)})
         scored = counted(s["evaluations"], "evaluation")
         _log(ctx, f"{s['strategy']} ({s['target']}): {scored}, best {mode} {ctx.shown(best)} ({s['stopped']})")
     return steps
@@ -868,8 +888,10 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
     _log(ctx, f"the space's default: {mode} {ctx.shown(value)}" if value is not None else
               f"the space's default cannot run: {brief(outcome['baseline']['reason'])}")
     outcome["steps"] = [{"step": "run_objective", mode: value}, *_run_searches(ctx, started + time_s, time_s, [
-        ("checkpoint", lambda left: local_neighborhood_search(ctx, max_evals=RUN_LOCAL_EVALS, time_s=left / 2)),   # half: quick too
-        ("quick", lambda left: search_plans(ctx, "quick", max_evals=RUN_QUICK_EVALS, time_s=left, seed=seed))])]
+        ("checkpoint", lambda left: _search_step(ctx, "local_neighborhood_search", max_evals=RUN_LOCAL_EVALS,
+                                                 time_s=left / 2)),                                 # half: quick too
+        ("quick", lambda left: _search_step(ctx, "search_plans", strategy="quick", max_evals=RUN_QUICK_EVALS, time_s=left,
+                                            seed=seed))])]
     _log(ctx, "comparing with the history and writing the report")
     history = compare_history(ctx, limit=5)
     if (best := history["best_verified"]) is not None:

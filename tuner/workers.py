@@ -31,6 +31,10 @@ class WorkersError(ValueError):
     """A bad ``--worker-env``."""
 
 
+class WorkerFailed(RuntimeError):
+    """A worker of one of the main job's searches ended with an error of its own (not a signal)."""
+
+
 def slot_environments(count: int, assignments: list[str]) -> list[dict[str, str]]:
     """The environment of each of ``count`` workers: this one's, with ``NAME=VALUE`` assignments (``{slot}`` in
     VALUE becomes the worker's number)."""
@@ -97,19 +101,20 @@ def _terminate_at_end_of(pipe: int) -> None:
 
 def combine(results: list[dict[str, Any] | None], codes: list[int], mode: str) -> dict[str, Any]:
     """One result from the workers' results (``None`` for a worker that printed none): the study's evaluations,
-    the sum of new ones and of failed ones with their most common reasons, and the best plans any worker saw
-    (correct in every mode checked first, then ``mode``'s value)."""
+    the sum of new ones and of failed ones with their most common reasons, why the workers stopped (each reason once),
+    and the best plans any worker saw (correct in every mode checked first, then ``mode``'s value)."""
     done = [r for r in results if r is not None]
     top = {entry["plan_hash"]: entry for r in done for entry in r.get("top", [])}
     ranked = sorted(top.values(), key=lambda e: (not all(v for k, v in e.items() if k == "correct" or k.endswith("_correct")),
                                                   e[mode] if e[mode] is not None else float("inf"), e["plan_hash"]))
     first = done[0] if done else {}
     reasons = sum((Counter(r["failure_reasons"]) for r in done), Counter())
-    return {"study": first.get("study"), "strategy": first.get("strategy"), "workers": len(results),
+    stops = dict.fromkeys(r["stopped"] for r in done)
+    return {"study": first.get("study"), "strategy": first.get("strategy"), "target": first.get("target"), "workers": len(results),
             "evaluations": max((r["evaluations"] for r in done), default=0),
             "new_evaluations": sum(r["new_evaluations"] for r in done),
             "failed": sum(r["failed"] for r in done), "failure_reasons": dict(reasons.most_common(REASONS_SHOWN)),
-            "cached_failed": sum(r["cached_failed"] for r in done),
+            "cached_failed": sum(r["cached_failed"] for r in done), "stopped": "; ".join(stops) if stops else None,
             "per_worker": [{"slot": slot, "exit": code, "new_evaluations": r["new_evaluations"] if r else None,
                             "stopped": r["stopped"] if r else None} for slot, (r, code) in enumerate(zip(results, codes, strict=True))],
             "best": ranked[0] if ranked else None, "top": ranked[:5]}

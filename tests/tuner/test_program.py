@@ -271,7 +271,7 @@ def test_the_program_objective_names_its_scorer(kernel):
 SLOTTED = """import json, os, sys
 c = json.load(sys.stdin)
 with open(sys.argv[1], "a") as log:                             # outside the workspace: every worker's runs in one file
-    log.write(os.environ["GPU"] + " " + json.dumps(c, sort_keys=True) + "\\n")
+    log.write(os.environ.get("GPU", "-") + " " + json.dumps(c, sort_keys=True) + "\\n")
 print(c["bx"] / c["tile"])
 """
 
@@ -288,6 +288,24 @@ def test_workers_run_the_program_each_with_its_own_environment_and_no_configurat
     assert {gpu for gpu, _ in runs} <= {"cuda:0", "cuda:1"}
     assert len({config for _, config in runs}) == 30                  # claimed in the history: none measured twice
     assert result["best"]["time"] == min(json.loads(c)["bx"] / json.loads(c)["tile"] for _, c in runs)
+
+
+def test_the_main_job_with_workers_runs_its_searches_in_them_and_the_rest_itself(kernel, tmp_path):
+    (kernel / "bench.py").write_text(SLOTTED)
+    log = tmp_path / "runs.log"
+    out = _tuner(kernel, "--objective", f"command:bench.py {log}", "--space", "space.t1.json", "--json", "run", "--time-s", "120",
+                 "--workers", "2", "--worker-env", "GPU=cuda:{slot}")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    runs = [line.split(" ", 1) for line in log.read_text().splitlines()]
+    default = json.dumps({"bx": 32, "layout": "row", "tile": 1}, sort_keys=True)
+    assert runs[0] == ["-", default]                                    # the space's default, scored by the command itself
+    assert {gpu for gpu, _ in runs[1:]} <= {"cuda:0", "cuda:1"} and len({c for _, c in runs}) == len(runs) > 1   # none twice
+    assert [(step["step"], step.get("workers")) for step in result["steps"]] == [("run_objective", None), ("checkpoint", 2), ("quick", 2)]
+    fastest = min(json.loads(c)["bx"] / json.loads(c)["tile"] for _, c in runs)
+    written = json.loads((kernel / "results" / "tuner_run_best.json").read_text())
+    assert result["best"]["time"] == written["bx"] / written["tile"] == fastest
+    assert json.dumps(written, sort_keys=True) in [c for _, c in runs]
 
 
 def test_workers_succeed_when_any_of_them_ran_a_configuration(kernel):

@@ -112,12 +112,13 @@ def test_worker_environments_and_combined_results():
         with pytest.raises(WorkersError, match="NAME=VALUE"):
             slot_environments(2, [bad])
     top = [{"plan_hash": "b", "dev": 5, "correct": True}, {"plan_hash": "a", "dev": 7, "correct": True}]
-    result = combine([{"study": "s", "strategy": "quick", "evaluations": 9, "new_evaluations": 4, "stopped": "x", "top": top,
-                       "failed": 2, "failure_reasons": {"infeasible": 2}, "cached_failed": 1},
-                      {"study": "s", "strategy": "quick", "evaluations": 10, "new_evaluations": 6, "stopped": "x",
+    result = combine([{"study": "s", "strategy": "quick", "target": "space", "evaluations": 9, "new_evaluations": 4, "stopped": "x",
+                       "top": top, "failed": 2, "failure_reasons": {"infeasible": 2}, "cached_failed": 1},
+                      {"study": "s", "strategy": "quick", "target": "space", "evaluations": 10, "new_evaluations": 6, "stopped": "y",
                        "top": [{"plan_hash": "c", "dev": 3, "correct": False}, top[1]],
                        "failed": 5, "failure_reasons": {"a": 1, "b": 1, "infeasible": 3}, "cached_failed": 2}, None], [0, 0, 1], "dev")
     assert result["evaluations"] == 10 and result["new_evaluations"] == 10
+    assert (result["target"], result["stopped"]) == ("space", "x; y")          # each worker's reason, once
     assert result["failed"] == 7 and result["failure_reasons"] == {"infeasible": 5, "a": 1, "b": 1} and result["cached_failed"] == 3
     assert [e["plan_hash"] for e in result["top"]] == ["b", "a", "c"] and result["per_worker"][2] == {
         "slot": 2, "exit": 1, "new_evaluations": None, "stopped": None}
@@ -184,10 +185,20 @@ def test_a_tuner_process_and_its_workers_get_one_blas_thread_unless_the_environm
     assert done.stdout.split() == [expected, expected, "1"]
 
 
-def test_a_bad_worker_env_is_refused_before_any_worker_starts(workspace):
-    proc = _tuner(workspace, f"sqlite:///{workspace / 'h.db'}", "search_plans", "--workers", "2", "--worker-env", "1BAD=x")
+@pytest.mark.parametrize("command", ["search_plans", "run"])
+def test_a_bad_worker_env_is_refused_before_any_worker_starts(workspace, command):
+    proc = _tuner(workspace, f"sqlite:///{workspace / 'h.db'}", command, "--workers", "2", "--worker-env", "1BAD=x")
     out, err = proc.communicate(timeout=120)
-    assert proc.returncode == 2 and out == "" and "NAME=VALUE" in err and "Traceback" not in err
+    assert proc.returncode == 2 and out == "" and "NAME=VALUE" in err and err.count("\n") == 1, err
+    assert not (workspace / "h.db").exists() and not (workspace / "results").exists()
+
+
+def test_a_worker_that_fails_fails_the_main_job_with_one_line_of_its_own(workspace):
+    proc = _tuner(workspace, f"sqlite:///{workspace / 'h.db'}", "run", "--workers", "2", "--worker-env", "PYTHONHOME=/nowhere/{slot}")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1 and out == "", err                       # each worker's Python said why before it
+    assert err.splitlines()[-1] == ("tuner run: failed: WorkerFailed: worker 0 of local_neighborhood_search ended with exit status 1, "
+                                    "for the reason it gave above")
 
 
 @pytest.mark.parametrize(("command", "named"), [
