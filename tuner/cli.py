@@ -115,7 +115,8 @@ def _search_args(p: argparse.ArgumentParser, evals: int | None) -> None:
     p.add_argument("--time-s", type=_seconds, default=None, metavar="SECONDS",
                    help=f"time budget in seconds, at most {LIMITS['time_s']:,} (default: none)")
     p.add_argument("--include-final", type=_bool, default=True, metavar="true|false",
-                   help="check the dev winners in final mode too (default true)")
+                   help="check the dev winners in final mode too, except by benchmark runs past the time budget "
+                        "(default true)")
     _workers_args(p)
 
 

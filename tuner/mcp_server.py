@@ -61,7 +61,8 @@ TimeBudget = Annotated[float | None, Field(gt=0, le=LIMITS["time_s"], allow_inf_
                                            description=f"seconds the search may run (default 50, at most {LIMITS['time_s']:,})")]
 MaxEvals = Annotated[StrictInt | None, Field(gt=0, le=LIMITS["max_evals"],
                                              description=f"new plans the search may score (at most {LIMITS['max_evals']:,})")]
-IncludeFinal = Annotated[StrictBool, Field(description="check the dev winners in final mode too")]
+IncludeFinal = Annotated[StrictBool, Field(description="check the dev winners in final mode too, except by benchmark runs past the "
+                                                  "time budget or a cancel")]
 Name = Annotated[StrictStr, Field(max_length=MAX_NAME, description="letters, digits, '_', '-', '.'")]
 Repeats = Annotated[StrictInt, Field(ge=1, le=LIMITS["repeats"], description="measurements per plan and mode; above 1, values are "
                                                                              "medians (for noisy benchmarks; default 1)")]

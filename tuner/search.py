@@ -355,8 +355,10 @@ class Search:
             top = self.top(max(len(top), 10))
         top.sort(key=lambda c: (c.value, self.space.hash_idx(c.idx)))      # ties by plan hash: every worker ranks alike
         if self.held_out_mode is not None and top:
-            self.check_held_out(top)
-            top.sort(key=lambda c: (not c.held_out_correct, c.value))
+            # a program's runs would outlast the time budget or the cancel by up to len(top) runs: the values the history
+            # holds then, and the rest unchecked (the gate measures the plan it tries)
+            self.check_held_out(top, measure=not (self.one_by_one and stopped in ("time budget", "cancelled")))
+            top.sort(key=lambda c: (c.held_out_correct is not True, c.held_out_correct is False, c.value))   # unchecked between
         done = stopped in ("converged", "exhausted")
         if done:                                            # the reason, for a rerun to know (see ``converged``)
             progress = {**(progress if progress is not None else self.progress_state), "stopped": stopped}
@@ -389,13 +391,19 @@ class Search:
         with suppress(Exception):                           # a history that is gone: its claims go stale on their own
             self.worker.leave()
 
-    def check_held_out(self, candidates: list[Candidate]) -> None:
-        """Fill ``held_out``/``held_out_correct`` (cached in history under the held-out mode)."""
+    def check_held_out(self, candidates: list[Candidate], measure: bool = True) -> None:
+        """Fill ``held_out``/``held_out_correct`` (cached in history under the held-out mode); without ``measure``, only
+        where the history holds a value that stands (the others stay unchecked, ``None``)."""
         assert self.held_out_mode is not None
-        rows = self.history.scored(self.objective, self.held_out_mode, np.stack([c.idx for c in candidates]))
+        if measure:
+            rows = self.history.scored(self.objective, self.held_out_mode, np.stack([c.idx for c in candidates]))
+        else:
+            rows = self.history.cached(self.objective.name, self.held_out_mode, [self.space.hash_idx(c.idx) for c in candidates])
+            for stale in self.history.stale(self.objective, self.held_out_mode, rows):
+                del rows[stale]
         for c in candidates:
-            row = rows[self.space.hash_idx(c.idx)]
-            c.held_out, c.held_out_correct = (row.cycles if row.cycles is not None else float("inf")), row.correct
+            if (row := rows.get(self.space.hash_idx(c.idx))) is not None:
+                c.held_out, c.held_out_correct = (row.cycles if row.cycles is not None else float("inf")), row.correct
 
     def evaluated(self) -> tuple[np.ndarray, np.ndarray]:
         """Every configuration this run (and its earlier runs) saw, in order, with its value (``inf``: infeasible)."""

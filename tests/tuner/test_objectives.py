@@ -127,6 +127,40 @@ def test_a_search_on_a_hanging_benchmark_pays_one_timeout_and_goes_on(workspace,
     assert (tmp_path / "runs").read_text().split().count("16") == 1          # the hang cost one run, then the cache knew
 
 
+MODES_LOGGED = """import json, sys
+plan = json.load(open("kernel_plan.json"))
+mode = sys.argv[sys.argv.index("--mode") + 1]
+with open(sys.argv[0] + ".log", "a") as log:
+    log.write(mode + "\\n")
+print(json.dumps({"best_cycles": plan["block_m"] * plan["num_warps"] * (3 if mode == "final" else 1), "correct": True, "max_abs": 0.0}))
+"""
+
+
+def test_a_search_that_ends_at_its_time_budget_runs_no_final_benchmark_after_it(workspace, tmp_path, attempt1):
+    """Checking its ten best plans in final mode ran up to ten benchmarks past the time budget (or a cancel); a search
+    that ends otherwise checks them, and a later search finds those already checked in the history."""
+    log = tmp_path / "benchmark.py.log"
+    (workspace / "benchmark.py").write_text(MODES_LOGGED.replace('sys.argv[0] + ".log"', repr(str(log))))
+    profile = {knob: [value] for knob, value in attempt1.items()} | {"block_m": [16, 32, 48, 64]}
+    (workspace / "studies" / "four.json").write_text(json.dumps({"name": "four", "knobs": profile}))
+
+    def search(*args: str) -> tuple[dict, list[str]]:
+        log.write_text("")
+        out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--objective", "command", "--json", *args],
+                             capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout), log.read_text().split()
+
+    result, runs = search("bounded_exhaustive_search", "--profile", "four")
+    assert result["stopped"] == "exhausted" and runs == ["dev"] * 4 + ["final"] * 4
+    assert [row["final"] for row in result["top"]] == [3 * row["dev"] for row in result["top"]]
+    result, runs = search("search_plans", "--max-evals", "100000", "--time-s", "2")
+    assert result["stopped"] == "time budget" and runs == ["dev"] * result["new_evaluations"]
+    checked = {row["plan_hash"] for row in result["top"] if "final" in row}
+    assert checked == {row["plan_hash"] for row in result["top"] if row["plan"]["block_m"] in (16, 32, 48, 64)
+                       and all(row["plan"][k] == v for k, v in attempt1.items() if k != "block_m")}    # the history's, only
+
+
 def test_objective_names_change_with_the_scorer(workspace):
     first = CommandObjective(workspace).name
     (workspace / "benchmark.py").write_text((workspace / "benchmark.py").read_text() + "\n# changed\n")
