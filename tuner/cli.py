@@ -468,12 +468,12 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
     kwargs = _arguments(args)
     ctx = None
     try:
-        workers.stop_with_coordinator()
+        slot = workers.stop_with_coordinator()
         if in_workers:                                  # run: its searches in workers, the rest here
             workers.slot_environments(args.workers, args.worker_env)       # a bad --worker-env before anything runs
         ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command,
                                      log=lambda line: print(line, file=sys.stderr, flush=True), timeout_s=args.timeout_s,
-                                     objective_repeats=args.objective_repeats,
+                                     objective_repeats=args.objective_repeats, worker=slot,
                                      search_workers=functools.partial(_search_in_workers, args) if in_workers else None)
         result = function(ctx, **kwargs)
         if args.json:

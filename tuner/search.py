@@ -112,7 +112,8 @@ class Search:
     and a stream of its own for every other, so workers explore apart. :meth:`finish` or :meth:`close` ends it."""
 
     def __init__(self, history: History, objective: Objective, spec: Spec, progress: Progress | None = None,
-                 should_stop: Callable[[], bool] | None = None, flush_every: int = 256, flush_seconds: float = 2.0) -> None:
+                 should_stop: Callable[[], bool] | None = None, flush_every: int = 256, flush_seconds: float = 2.0,
+                 worker: int | None = None) -> None:
         self.history, self.objective, self.spec, self.space = history, objective, spec, objective.space
         self.held_out_mode = objective.modes[1] if spec.include_final and len(objective.modes) > 1 else None
         self.name = spec.study_name(objective.name)
@@ -152,8 +153,9 @@ class Search:
         self.sync()                                         # resume: what earlier runs (and other workers) saw
         self._external_progress = progress
         self._should_stop = should_stop
-        self._bar = tqdm(total=spec.max_evals, initial=min(self.evaluations, spec.max_evals), desc=spec.strategy,
-                         unit="eval", disable=not sys.stderr.isatty(), leave=False, file=sys.stderr)
+        self._bar = tqdm(total=spec.max_evals, initial=min(self.evaluations, spec.max_evals), unit="eval", leave=False,
+                         desc=spec.strategy if worker is None else f"{spec.strategy} worker {worker}", position=worker or 0,
+                         disable=not sys.stderr.isatty(), file=sys.stderr)        # a line of its own for each local worker
 
     # --- budgets ----------------------------------------------------------------------------
 

@@ -100,6 +100,7 @@ class Context:
     objective_repeats: int = 1                          # the command objective: runs per plan, valued by their median
     checking: bool = False                              # a search checks its arguments and returns before it runs
     search_workers: SearchWorkers | None = None         # runs the main job's searches in worker processes (run --workers)
+    worker: int | None = None                           # this process's number among the workers of --workers
     measured: dict[str, dict[str, Any]] = field(default_factory=dict)   # plan hash -> its metrics, measured once per context
 
     @classmethod
@@ -396,7 +397,7 @@ def _search(ctx: Context, spec: Spec) -> dict[str, Any]:
     require_some_configuration(ctx)
     if ctx.checking:
         return {}
-    search = Search(ctx.history, ctx.objective, spec, progress=ctx.progress, should_stop=ctx.should_stop)
+    search = Search(ctx.history, ctx.objective, spec, progress=ctx.progress, should_stop=ctx.should_stop, worker=ctx.worker)
     try:                                            # a search that converged before has nothing left to do: it reports
         outcome: Outcome = search.finish(search.top(), "converged") if search.converged else STRATEGIES[spec.strategy](search)
     except KeyboardInterrupt:

@@ -23,6 +23,7 @@ from tuner.stopping import Terminated
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
 COORDINATED = "TUNER_WORKER_STDIN_IS_COORDINATOR"     # set for the workers ``run`` starts: their stdin is its pipe
+SLOT = "TUNER_WORKER_SLOT"                            # and their number, 0 to N-1
 COORDINATED_WORKER = threading.Event()                # set in a worker that ``run`` started
 ORPHANED = threading.Event()                          # set in a worker whose coordinator is gone
 
@@ -54,8 +55,9 @@ def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple
     worker, else 0."""
     environments = slot_environments(count, assignments)
     command = [sys.executable, "-m", "tuner", *argv, "--workers", "1", "--json"]
-    processes = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**env, COORDINATED: "1"}, text=True)
-                 for env in environments]          # stdin: a pipe this process never writes to, closed when it ends (stop_with_coordinator)
+    # stdin: a pipe this process never writes to, closed when it ends (stop_with_coordinator)
+    processes = [subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, env={**env, COORDINATED: "1", SLOT: str(slot)},
+                                  text=True) for slot, env in enumerate(environments)]
     outputs = []
     try:
         for process in processes:
@@ -84,12 +86,15 @@ def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple
     return combined, failing[0] if failing else int(combined["best"] is None)   # run (1, no best) is not one: the study's best decides
 
 
-def stop_with_coordinator() -> None:
+def stop_with_coordinator() -> int | None:
     """In a worker that :func:`run` started: stop as on SIGTERM (saving the progress) once the process that started it
-    is gone, even killed by SIGKILL, when its end of this worker's stdin closes; so that no worker measures on for nobody."""
+    is gone, even killed by SIGKILL, when its end of this worker's stdin closes; so that no worker measures on for nobody.
+    This worker's number (``None`` in any other process)."""
+    slot = os.environ.pop(SLOT, None)
     if os.environ.pop(COORDINATED, None) is not None:
         COORDINATED_WORKER.set()
         threading.Thread(target=_terminate_at_end_of, args=(sys.stdin.fileno(),), daemon=True).start()
+    return int(slot) if slot is not None and slot.isdigit() else None
 
 
 def _terminate_at_end_of(pipe: int) -> None:

@@ -2,11 +2,16 @@
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
+import pty
 import signal
+import struct
 import subprocess
 import sys
+import termios
 import time
 
 import numpy as np
@@ -171,6 +176,23 @@ def test_workers_option_runs_one_study_in_n_processes(workspace):
                           "and f.mode = 'final' where d.mode = 'dev' and d.correct = 1 order by f.correct desc, d.best_cycles limit 1")
     assert (result["best"]["dev"], result["best"]["final_correct"]) == (best[0][0], bool(best[0][1]))
     history.close()
+
+
+def test_each_worker_shows_its_progress_on_a_line_of_its_own_in_a_terminal(workspace):
+    """The workers' bars shared one line of the terminal, each overwriting the others' counts and bests."""
+    terminal, end = pty.openpty()
+    fcntl.ioctl(end, termios.TIOCSWINSZ, struct.pack("HHHH", 40, 120, 0, 0))     # a terminal of 120 columns
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", f"sqlite:///{workspace / 'h.db'}",
+                             "search_plans", "--max-evals", "60", "--workers", "2"], stdout=subprocess.DEVNULL, stderr=end, cwd=ROOT)
+    os.close(end)
+    shown = b""
+    with contextlib.suppress(OSError):                      # EIO: every process holding the terminal has ended
+        while chunk := os.read(terminal, 65536):
+            shown += chunk
+    os.close(terminal)
+    assert proc.wait(timeout=600) == 0, shown[-2000:]
+    lines = {name: shown.count(name.encode()) for name in ("quick worker 0:", "quick worker 1:")}
+    assert all(lines.values()) and b"\n\rquick worker 1:" in shown, lines       # worker 1 one line below worker 0
 
 
 @pytest.mark.parametrize(("given", "expected"), [(None, "1"), ("3", "3")])
