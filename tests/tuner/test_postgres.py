@@ -190,6 +190,19 @@ def test_a_search_holds_no_connection_for_optunas_storage(postgres_url, tmp_path
     search.history.close()
 
 
+def test_the_connections_probe_a_silent_server_unless_the_url_says_otherwise(postgres_url):
+    """Without keepalives a host that died (or a network cut) in the middle of a query left the worker waiting for the
+    system's two hours; with them the connection fails within a minute, and the history's outage handling takes over."""
+    for url, idle in ((postgres_url, str(history_module.KEEPALIVES["keepalives_idle"])), (f"{postgres_url}?keepalives_idle=7", "7")):
+        history = History(url)
+        try:
+            with history.engine.connect() as connection:
+                parameters = connection.connection.dbapi_connection.info.get_parameters()
+        finally:
+            history.close()
+        assert (parameters["keepalives"], parameters["keepalives_idle"], parameters["connect_timeout"]) == ("1", idle, "10")
+
+
 def test_a_server_that_accepts_and_never_answers_is_given_up_after_the_connect_timeout(monkeypatch):
     """psycopg waits 130 s for a server that takes the connection and says nothing (a hung server, a wrong port behind a
     proxy), and the command says nothing meanwhile; the history gives it ``CONNECT_S`` unless the URL sets its own."""
