@@ -124,7 +124,9 @@ _VALUES, _ATTRS = models.TrialValueModel.__table__, models.TrialUserAttributeMod
 _IN_CHUNK = 500                                         # plan hashes per IN (...) query
 _SCHEMA_LOCK = 7_461_010                                # PostgreSQL advisory lock key held while the schema is created
 CONNECT_S = 10                  # seconds a PostgreSQL server has to answer a connection, unless its URL sets connect_timeout
-KEEPALIVES = {"keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 10, "keepalives_count": 3}   # unless the URL sets them
+# a PostgreSQL server's host that dies or is cut off: TCP gives up on it after about 50 s, waiting for an answer (keepalives)
+# or for the acknowledgement of a query sent (tcp_user_timeout, ms), where the system's defaults wait hours and 15 minutes
+DEAD_SERVER = {"keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 10, "keepalives_count": 3, "tcp_user_timeout": 50_000}
 OUTAGE_S = 30.0                 # how long a read or write is tried again while the database fails (a restart, a failover, a full disk)
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -326,12 +328,12 @@ def _wal(dbapi_connection: Any, wait_s: float = 60.0) -> None:
 
 def _server_args(url: str) -> dict[str, Any]:
     """Connect arguments for a database server's ``url``, each unless the URL sets it: a PostgreSQL server that does not
-    answer is given up after ``CONNECT_S`` (psycopg would wait 130 s, saying nothing), and one whose host died or was cut
-    off in the middle of a query about 50 s later (TCP keepalives; the system's default is two hours), which is an outage."""
+    answer is given up after ``CONNECT_S`` (psycopg would wait 130 s, saying nothing), and a connection to one whose host
+    died or was cut off after about 50 s (``DEAD_SERVER``), which makes it an outage."""
     parsed = make_url(url)
     if parsed.get_backend_name() != "postgresql":
         return {}
-    return {name: value for name, value in {"connect_timeout": CONNECT_S, **KEEPALIVES}.items() if name not in parsed.query}
+    return {name: value for name, value in {"connect_timeout": CONNECT_S, **DEAD_SERVER}.items() if name not in parsed.query}
 
 
 def _sqlite_engine(url: str, read_only: bool = False) -> Engine:

@@ -191,16 +191,19 @@ def test_a_search_holds_no_connection_for_optunas_storage(postgres_url, tmp_path
 
 
 def test_the_connections_probe_a_silent_server_unless_the_url_says_otherwise(postgres_url):
-    """Without keepalives a host that died (or a network cut) in the middle of a query left the worker waiting for the
-    system's two hours; with them the connection fails within a minute, and the history's outage handling takes over."""
-    for url, idle in ((postgres_url, str(history_module.KEEPALIVES["keepalives_idle"])), (f"{postgres_url}?keepalives_idle=7", "7")):
+    """A server's host that died (or a network cut) left a worker waiting on its connection for hours: for an answer to a
+    query in flight, and 15 minutes for the acknowledgement of one sent. With these, TCP gives up within a minute, and the
+    history's outage handling takes over (measured with a server in a network namespace whose link went down)."""
+    dead = history_module.DEAD_SERVER
+    for url, idle in ((postgres_url, str(dead["keepalives_idle"])), (f"{postgres_url}?keepalives_idle=7", "7")):
         history = History(url)
         try:
             with history.engine.connect() as connection:
                 parameters = connection.connection.dbapi_connection.info.get_parameters()
         finally:
             history.close()
-        assert (parameters["keepalives"], parameters["keepalives_idle"], parameters["connect_timeout"]) == ("1", idle, "10")
+        assert {name: parameters[name] for name in ("keepalives", "keepalives_idle", "tcp_user_timeout", "connect_timeout")} == {
+            "keepalives": "1", "keepalives_idle": idle, "tcp_user_timeout": str(dead["tcp_user_timeout"]), "connect_timeout": "10"}
 
 
 def test_a_server_that_accepts_and_never_answers_is_given_up_after_the_connect_timeout(monkeypatch):
