@@ -7,6 +7,7 @@ import fcntl
 import json
 import os
 import pty
+import select
 import signal
 import struct
 import subprocess
@@ -187,7 +188,7 @@ def test_each_worker_shows_its_progress_on_a_line_of_its_own_in_a_terminal(works
     os.close(end)
     shown = b""
     with contextlib.suppress(OSError):                      # EIO: every process holding the terminal has ended
-        while chunk := os.read(terminal, 65536):
+        while select.select([terminal], [], [], 300)[0] and (chunk := os.read(terminal, 65536)):   # at most 300 s of silence
             shown += chunk
     os.close(terminal)
     assert proc.wait(timeout=600) == 0, shown[-2000:]
