@@ -65,6 +65,12 @@ def number(value: float | None) -> int | float | None:
     return int(value) if float(value).is_integer() else float(value)
 
 
+def shown(value: float | None) -> str:
+    """A value as people read it: ``178,866`` (cycles), ``68.1166`` (ms, six significant digits); ``-`` for none."""
+    value = number(value)
+    return "-" if value is None else f"{value:,}" if isinstance(value, int) else f"{value:,.6g}"
+
+
 @dataclass
 class Candidate:
     """A scored configuration: its value in the search's mode and, when checked, in the held-out mode."""
@@ -333,7 +339,7 @@ class Search:
             self._thinned += 1
         if improves:
             self.best = Candidate(idx.copy(), value, True)
-            self.report(self.evaluations, self.spec.max_evals, f"best {number(value)}")
+            self.report(self.evaluations, self.spec.max_evals, f"best {shown(value)}")
 
     def flush(self, progress: dict[str, Any] | None = None, state: str = "running") -> None:
         """Write pending evaluations, trials and the resume point in one transaction."""

@@ -28,7 +28,7 @@ from tuner.objectives.cache import CacheObjective
 from tuner.objectives.command import CommandObjective, ProgramObjective
 from tuner.plan import PROFILE_DIR, Plan, PlanError, plan_hash
 from tuner.plan import SPACE as PLAN_SPACE
-from tuner.search import Outcome, Search, Spec, number
+from tuner.search import Outcome, Search, Spec, number, shown
 from tuner.space import Config, Profile, SpaceError, load_profile, load_space, profile_names
 from tuner.strategies import STRATEGIES
 from tuner.task.benchmark import case_indicators, infeasibility
@@ -163,9 +163,7 @@ class Context:
 
     def shown(self, value: float | None) -> str:
         """A value as the summaries show it: ``178,866 cycles``, ``68.1166 ms`` (six significant digits); ``-`` for none."""
-        if value is None:
-            return "-"
-        return f"{value:,} {self.unit}" if isinstance(value, int) else f"{value:,.6g} {self.unit}"
+        return "-" if value is None else f"{shown(value)} {self.unit}"
 
     def tensor_plan_only(self, tool: str) -> None:
         if not self.is_plan:

@@ -93,6 +93,8 @@ def test_exhaustive_finds_the_true_optimum_of_a_small_profile(workspace, ctx, it
     knobs = {k: [v] for k, v in iteration2.items()} | {"block_m": [32, 48, 64, 80], "block_n": [64, 96, 128],
                                                         "num_warps": [4, 6, 8], "scratchpad_kb": [96, 128, 160]}
     (workspace / "studies" / "tiny.json").write_text(json.dumps({"description": "108 plans", "knobs": knobs}))
+    ctx.progress = lambda done, total, message: said.append(message)
+    said: list[str] = []
     result = service.bounded_exhaustive_search(ctx, "tiny", include_final=True)
     profile = load_profile("tiny", SPACE, workspace / "studies")
     idx = profile.plans(0, profile.size)
@@ -101,6 +103,7 @@ def test_exhaustive_finds_the_true_optimum_of_a_small_profile(workspace, ctx, it
     values = np.where(evaluated.correct, evaluated.cycles, np.inf)
     assert result["profile_size"] == 108 and result["evaluations"] == 108
     assert result["best"]["dev"] == values.min()
+    assert said[-1] == f"best {int(values.min()):,}"                # the progress says it as the summaries do: best 178,866
     assert result["best"]["final_correct"] is True and result["best"]["final"] > 0
     again = service.bounded_exhaustive_search(ctx, "tiny")
     assert again["new_evaluations"] == 0 and again["best"]["plan_hash"] == result["best"]["plan_hash"]

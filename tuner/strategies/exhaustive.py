@@ -22,7 +22,7 @@ import time
 import numpy as np
 
 from tuner.objectives.base import RULED_OUT
-from tuner.search import POLL_S, Candidate, Outcome, Search, number
+from tuner.search import POLL_S, Candidate, Outcome, Search, shown
 
 CHUNK = 1 << 18                     # the most plans one range holds
 RANGE_S = 1.0                       # what one range should take to score
@@ -76,6 +76,6 @@ def run(search: Search) -> Outcome:
     values = search.evaluate(finalists, {"phase": "finalist", "profile": profile.name}, counted=False) if len(finalists) else []
     top = [Candidate(finalists[k], float(values[k]), True) for k in np.argsort(values, kind="stable") if np.isfinite(values[k])]
     if best:
-        search.report(search.evaluations, total, f"best {number(best[0]['cycles'])}")
+        search.report(search.evaluations, total, f"best {shown(best[0]['cycles'])}")
     finished = "exhausted" if total == profile.size else "evaluation budget"
     return search.finish(top[:FINALISTS], stopped or finished, {"profile": profile.name, "size": profile.size})
