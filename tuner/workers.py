@@ -107,11 +107,13 @@ def _terminate_at_end_of(pipe: int) -> None:
 def combine(results: list[dict[str, Any] | None], codes: list[int], mode: str) -> dict[str, Any]:
     """One result from the workers' results (``None`` for a worker that printed none): the study's evaluations,
     the sum of new ones and of failed ones with their most common reasons, why the workers stopped (each reason once),
-    and the best plans any worker saw (correct in every mode checked first, then ``mode``'s value)."""
+    and the best plans any worker saw (correct in every mode checked first, then those not checked in another mode, then
+    ``mode``'s value)."""
     done = [r for r in results if r is not None]
     top = {entry["plan_hash"]: entry for r in done for entry in r.get("top", [])}
     ranked = sorted(top.values(), key=lambda e: (not all(v for k, v in e.items() if k == "correct" or k.endswith("_correct")),
-                                                  e[mode] if e[mode] is not None else float("inf"), e["plan_hash"]))
+                                                  not any(k.endswith("_correct") for k in e),    # unchecked after checked, as
+                                                  e[mode] if e[mode] is not None else float("inf"), e["plan_hash"]))  # a search ranks
     first = done[0] if done else {}
     reasons = sum((Counter(r["failure_reasons"]) for r in done), Counter())
     stops = dict.fromkeys(r["stopped"] for r in done)

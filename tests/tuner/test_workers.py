@@ -121,12 +121,13 @@ def test_worker_environments_and_combined_results():
     result = combine([{"study": "s", "strategy": "quick", "target": "space", "evaluations": 9, "new_evaluations": 4, "stopped": "x",
                        "top": top, "failed": 2, "failure_reasons": {"infeasible": 2}, "cached_failed": 1},
                       {"study": "s", "strategy": "quick", "target": "space", "evaluations": 10, "new_evaluations": 6, "stopped": "y",
-                       "top": [{"plan_hash": "c", "dev": 3, "correct": False}, top[1]],
+                       "top": [{"plan_hash": "c", "dev": 3, "correct": False}, top[1],
+                               {"plan_hash": "d", "dev": 9, "correct": True, "final": 20, "final_correct": True}],
                        "failed": 5, "failure_reasons": {"a": 1, "b": 1, "infeasible": 3}, "cached_failed": 2}, None], [0, 0, 1], "dev")
     assert result["evaluations"] == 10 and result["new_evaluations"] == 10
     assert (result["target"], result["stopped"]) == ("space", "x; y")          # each worker's reason, once
     assert result["failed"] == 7 and result["failure_reasons"] == {"infeasible": 5, "a": 1, "b": 1} and result["cached_failed"] == 3
-    assert [e["plan_hash"] for e in result["top"]] == ["b", "a", "c"] and result["per_worker"][2] == {
+    assert [e["plan_hash"] for e in result["top"]] == ["d", "b", "a", "c"] and result["per_worker"][2] == {   # checked first
         "slot": 2, "exit": 1, "new_evaluations": None, "stopped": None}
 
 
