@@ -528,15 +528,16 @@ class History:
         with self.connect() as connection:
             return [(v1, bool(c1), v2, bool(c2)) for v1, c1, v2, c2 in connection.execute(query)]
 
-    def scored(self, objective: Objective, mode: str, idx: np.ndarray) -> dict[str, Row]:
+    def scored(self, objective: Objective, mode: str, idx: np.ndarray, measure: bool = True) -> dict[str, Row]:
         """Rows of the configurations ``idx`` in ``mode``: from the cache, the rest (and the :meth:`stale` failures)
-        scored now and cached unless read-only; a failed one carries its ``reason``."""
+        scored now and cached unless read-only; a failed one carries its ``reason``. Without ``measure``, only the
+        cache's rows that stand (the others are left out)."""
         hashes = [objective.space.hash_idx(row) for row in idx]
         found = self.cached(objective.name, mode, hashes)
         stale = self.stale(objective, mode, found)
         found = {h: r for h, r in found.items() if h not in stale}
         todo = sorted({h: i for i, h in enumerate(hashes) if h not in found}.values())
-        if todo:
+        if todo and measure:
             rows = rows_of(objective.evaluate(idx[todo], mode), [hashes[i] for i in todo], idx[todo])
             if not self.read_only:
                 self.write(objective.name, mode, rows, replaced=stale)

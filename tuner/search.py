@@ -403,12 +403,7 @@ class Search:
         """Fill ``held_out``/``held_out_correct`` (cached in history under the held-out mode); without ``measure``, only
         where the history holds a value that stands (the others stay unchecked, ``None``)."""
         assert self.held_out_mode is not None
-        if measure:
-            rows = self.history.scored(self.objective, self.held_out_mode, np.stack([c.idx for c in candidates]))
-        else:
-            rows = self.history.cached(self.objective.name, self.held_out_mode, [self.space.hash_idx(c.idx) for c in candidates])
-            for stale in self.history.stale(self.objective, self.held_out_mode, rows):
-                del rows[stale]
+        rows = self.history.scored(self.objective, self.held_out_mode, np.stack([c.idx for c in candidates]), measure)
         for c in candidates:
             if (row := rows.get(self.space.hash_idx(c.idx))) is not None:
                 c.held_out, c.held_out_correct = (row.cycles if row.cycles is not None else float("inf")), row.correct

@@ -262,12 +262,13 @@ def _measure(ctx: Context, plan: Plan, recorded: bool = False) -> dict[str, dict
     history's evaluations of the plan where it holds one in every mode: a look at the history runs no benchmark
     that the history has answered (and values the plan as it values the searches' plans: a run killed at a shorter
     time limit is measured again)."""
-    key = ctx.objective.space.hash(plan)
+    space = ctx.objective.space
+    key = space.hash(plan)
     if key not in ctx.measured and recorded:
-        rows = {m: ctx.history.cached(ctx.objective.name, m, [key]).get(key) for m in ctx.objective.modes}
-        if all(r is not None and not ctx.history.stale(ctx.objective, m, {key: r}) for m, r in rows.items()):
+        rows = {m: ctx.history.scored(ctx.objective, m, space.encode(plan)[None], measure=False).get(key) for m in ctx.objective.modes}
+        if all(rows.values()):
             ctx.measured[key] = {m: {"best_cycles": number(r.cycles), "correct": r.correct, "max_abs": r.max_abs}
-                                 for m, r in rows.items() if r is not None}
+                                 for m, r in rows.items()}
     if key not in ctx.measured:
         ctx.measured[key] = gate.measure(ctx.objective, plan)
     return ctx.measured[key]
