@@ -515,14 +515,16 @@ def _fixture_rows(ctx: Context, unreadable: dict[str, str] | None = None) -> lis
 
 
 def _history_rows(ctx: Context, limit: int) -> list[dict[str, Any]]:
-    """The history's ``4 * limit`` best plans in the search's mode, with their authority value where it holds one (a
-    search checks its finalists there; ``None`` elsewhere). It runs nothing: measuring the rest in the authority, the
-    slow mode of a real benchmark, would cost dozens of runs per call (a read-only tool could not even keep them), and
-    the gate measures the plan it tries anyway."""
+    """The history's ``4 * limit`` best plans in the search's mode, with their authority value where it holds one that
+    stands (a search checks its finalists there; ``None`` elsewhere, and for a run killed at a shorter time limit, as
+    for every reader). It runs nothing: measuring the rest in the authority, the slow mode of a real benchmark, would
+    cost dozens of runs per call (a read-only tool could not even keep them), and the gate measures the plan it tries
+    anyway."""
     name, space = ctx.objective.name, ctx.objective.space
     first, last = _first_last(ctx)
     best = ctx.history.best_cached(name, first, limit * 4)
-    held = ctx.history.cached(name, last, [r.plan_hash for r in best]) if last != first else {r.plan_hash: r for r in best}
+    held = (ctx.history.scored(ctx.objective, last, np.stack([r.idx for r in best]), measure=False) if best and last != first
+            else {r.plan_hash: r for r in best})
     rows = []
     for r in best:
         f = held.get(r.plan_hash)                       # its authority row: None where no search checked it there

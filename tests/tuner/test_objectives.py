@@ -161,6 +161,39 @@ def test_a_search_that_ends_at_its_time_budget_runs_no_final_benchmark_after_it(
                        and all(row["plan"][k] == v for k, v in attempt1.items() if k != "block_m")}    # the history's, only
 
 
+
+def test_a_seed_whose_final_run_was_killed_at_a_shorter_timeout_is_unchecked_under_a_longer_one(workspace, tmp_path, attempt1):
+    """The history's seeds take their authority value as every reader does: a final run killed at a shorter --timeout-s
+    says only that it took longer, so under a longer limit the plan is a seed not yet checked there (it was dropped as
+    incorrect), and under the same limit the failure stands."""
+    log = tmp_path / "benchmark.py.log"
+    slow_final = (MODES_LOGGED.replace('sys.argv[0] + ".log"', repr(str(log))).replace('mode + "\\n"', 'f"{mode}{plan[\'block_m\']}\\n"')
+                  .replace("print(", 'if mode == "final" and plan["block_m"] == 16:\n    import time\n    time.sleep(5)\nprint(', 1))
+    (workspace / "benchmark.py").write_text(slow_final)
+    profile = {knob: [value] for knob, value in attempt1.items()} | {"block_m": [16, 32, 48, 64]}
+    (workspace / "studies" / "four.json").write_text(json.dumps({"name": "four", "knobs": profile}))
+
+    def tuner(timeout: str, *args: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--objective", "command",
+                              "--timeout-s", timeout, "--json", *args], capture_output=True, text=True, timeout=600)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    swept = tuner("1", "bounded_exhaustive_search", "--profile", "four")
+    fastest = next(row for row in swept["top"] if row["plan"]["block_m"] == 16)
+    assert fastest["final"] is None and not fastest["final_correct"]                # killed in final mode: not the best
+    assert swept["best"]["plan"]["block_m"] == 32
+
+    def seed(timeout: str) -> dict | None:
+        seeds = tuner(timeout, "resume_search_history", "--limit", "20")["seeds"]
+        return next((row for row in seeds if row["plan_hash"] == fastest["plan_hash"]), None)
+
+    assert seed("1") is None                                     # the failure stands under the limit that killed it
+    found = seed("30")
+    assert found is not None and found["correct"] and found["final"] is None and found["dev"] == fastest["dev"]
+    assert log.read_text().split().count("final16") == 1         # the reads ran no benchmark of it
+
+
 def test_objective_names_change_with_the_scorer(workspace):
     first = CommandObjective(workspace).name
     (workspace / "benchmark.py").write_text((workspace / "benchmark.py").read_text() + "\n# changed\n")
