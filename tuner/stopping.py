@@ -30,8 +30,7 @@ ALL = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)
 
 class Terminated(KeyboardInterrupt):
     """Signal ``signum`` (SIGTERM, SIGHUP) arrived: the command stops as on Ctrl-C (the search saves its state, a
-    measuring program's process group is killed, temporary copies are removed). Workers are sent it in turn:
-    unlike Ctrl-C in a terminal, a ``kill`` of the first process reaches no other."""
+    measuring program's process group is killed, temporary copies are removed)."""
 
     def __init__(self, signum: int) -> None:
         super().__init__(signum)

@@ -49,8 +49,8 @@ def slot_environments(count: int, assignments: list[str]) -> list[dict[str, str]
 
 
 def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple[dict[str, Any], int]:
-    """Run ``python -m tuner ARGV`` in ``count`` worker processes and wait for all of them (an interrupt reaches
-    them too: each saves its work; SIGTERM and SIGHUP are passed on). The combined result, ranked in ``mode``, and the first
+    """Run ``python -m tuner ARGV`` in ``count`` worker processes and wait for all of them (a stop signal, Ctrl-C included,
+    is passed on: each saves its work). The combined result, ranked in ``mode``, and the first
     failing exit status (128 + N for a worker killed by signal N, as a shell says), else 1 when no configuration ran in any
     worker, else 0."""
     environments = slot_environments(count, assignments)
@@ -63,10 +63,12 @@ def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple
         for process in processes:
             outputs.append(process.stdout.read())
             process.wait()
-    except KeyboardInterrupt as exc:
+    except KeyboardInterrupt as exc:                  # a `kill -INT` of this process alone reaches no worker; one that a
+        signum = exc.signum if isinstance(exc, Terminated) else signal.SIGINT    # terminal's Ctrl-C reached ignores this
         for process in processes:
-            if isinstance(exc, Terminated) and process.poll() is None:
-                process.send_signal(exc.signum)
+            if process.poll() is None:
+                process.send_signal(signum)
+        for process in processes:
             process.wait()
         raise
     finally:

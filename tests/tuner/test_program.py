@@ -425,13 +425,13 @@ time.sleep(600)
 
 
 @pytest.mark.parametrize(("stop", "workers", "group"), [(signal.SIGTERM, 1, False), (signal.SIGTERM, 2, False),
-                                                     (signal.SIGHUP, 1, False), (signal.SIGINT, 2, True)])
+                                                     (signal.SIGHUP, 1, False), (signal.SIGINT, 2, True), (signal.SIGINT, 2, False)])
 def test_a_stop_signal_ends_a_search_with_one_line_and_leaves_no_measuring_process(kernel, tmp_path, stop, workers, group):
     """`timeout`, a job scheduler or `kill` sends SIGTERM to the tuner alone (its workers, and the programs that run in
-    process groups of their own, get nothing), and so does a closed SSH session its SIGHUP; Ctrl-C in a terminal
-    reaches the tuner's whole process group, its workers too. Either way every program is killed with its children,
-    the private copies are removed, the study is saved as cancelled, and the tuner exits 128 + the signal's number
-    saying so on one line, not one per worker."""
+    process groups of their own, get nothing), and so does a closed SSH session its SIGHUP and `kill -INT` its SIGINT;
+    Ctrl-C in a terminal reaches the tuner's whole process group, its workers too (and then twice). Either way every
+    program is killed with its children, the private copies are removed, the study is saved as cancelled, and the tuner
+    exits 128 + the signal's number saying so on one line, not one per worker."""
     (kernel / "bench.py").write_text(STUCK.format(log=str(tmp_path)))
     process = subprocess.Popen([sys.executable, "-m", "tuner", "--objective", "command:bench.py", "--space", "space.t1.json",
                                 "--timeout-s", "3600", "search_plans", "--max-evals", "100", "--workers", str(workers)],
