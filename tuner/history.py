@@ -53,7 +53,7 @@ from sqlalchemy import (
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
 from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError, InterfaceError, OperationalError, SQLAlchemyError
+from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool, StaticPool
 
 from tuner import stopping
@@ -127,6 +127,9 @@ CONNECT_S = 10                  # seconds a PostgreSQL server has to answer a co
 # a PostgreSQL server's host that dies or is cut off: TCP gives up on it after about 50 s, waiting for an answer (keepalives)
 # or for the acknowledgement of a query sent (tcp_user_timeout, ms), where the system's defaults wait hours and 15 minutes
 DEAD_SERVER = {"keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 10, "keepalives_count": 3, "tcp_user_timeout": 50_000}
+# a process stopped (Ctrl-Z, a job scheduler's suspend) or cut off inside a transaction holds its locks (a study's: every
+# worker of it waits) this long at most, where the server would keep them until its own TCP keepalive (two hours)
+IDLE_IN_TRANSACTION_S = 60.0
 OUTAGE_S = 30.0                 # how long a read or write is tried again while the database fails (a restart, a failover, a full disk)
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
@@ -228,7 +231,8 @@ def _retry(action: Callable[[], T], errors: tuple[type[Exception], ...], attempt
 def outlasting_outages(method: F) -> F:
     """``method`` (of a :class:`History`, or of an object with a ``history``; one transaction or one read) run again
     from its start while the database fails, for up to ``OUTAGE_S``: a server that restarts or fails over, a disk
-    that is full for a while. A failed transaction left nothing behind, so running it again is safe. Past that, a
+    that is full for a while, a session that the server ended (a process that was stopped inside a transaction for
+    longer than ``IDLE_IN_TRANSACTION_S``). A failed transaction left nothing behind, so running it again is safe. Past that, a
     :class:`HistoryError` that names the history and the database's words."""
     @functools.wraps(method)
     def outlasting(self: Any, *args: Any, **kwargs: Any) -> Any:
@@ -238,7 +242,9 @@ def outlasting_outages(method: F) -> F:
         while True:
             try:
                 result = method(self, *args, **kwargs)
-            except (OperationalError, InterfaceError) as exc:
+            except DBAPIError as exc:
+                if not isinstance(exc, (OperationalError, InterfaceError)) and not exc.connection_invalidated:
+                    raise
                 words = first_line(exc.orig or exc)[:300]
                 pause = min(2 * pause, 2.0) if pause else 0.05
                 if time.monotonic() + pause > started + OUTAGE_S:
@@ -336,6 +342,24 @@ def _server_args(url: str) -> dict[str, Any]:
     return {name: value for name, value in {"connect_timeout": CONNECT_S, **DEAD_SERVER}.items() if name not in parsed.query}
 
 
+def _ending_idle_transactions(engine: Engine) -> Engine:
+    """``engine``, whose PostgreSQL sessions the server ends once idle in a transaction for ``IDLE_IN_TRANSACTION_S``
+    (``idle_in_transaction_session_timeout``) where the server, the database, the role or the URL sets no limit: the
+    locks of a process that cannot go on are freed, and that process, if it does go on, finds its connection closed,
+    an outage that it outlasts (:func:`outlasting_outages`) by running the transaction again."""
+    if engine.dialect.name == "postgresql":
+        event.listen(engine, "connect", _limit_idle_transactions)
+    return engine
+
+
+def _limit_idle_transactions(dbapi_connection: Any, _record: Any) -> None:
+    with dbapi_connection.cursor() as cursor:
+        cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false) "
+                       "WHERE current_setting('idle_in_transaction_session_timeout', true) = '0'",
+                       (str(round(IDLE_IN_TRANSACTION_S * 1000)),))
+    dbapi_connection.commit()                           # a setting made in a transaction that is rolled back is undone
+
+
 def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
     if url == "sqlite://":
         engine = create_engine(url, poolclass=StaticPool)        # one in-memory database for every connection
@@ -384,7 +408,7 @@ class History:
             if self.sqlite:
                 self.engine = _sqlite_engine(url, read_only)
             else:
-                self.engine = create_engine(url, pool_pre_ping=True, connect_args=_server_args(url))
+                self.engine = _ending_idle_transactions(create_engine(url, pool_pre_ping=True, connect_args=_server_args(url)))
             if read_only and url != "sqlite://" and not set(_META.tables) & set(inspect(self.engine).get_table_names()):
                 self.engine.dispose()
                 url, self.sqlite = "sqlite://", True
@@ -446,8 +470,10 @@ class History:
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 60} if self.sqlite else _server_args(url)}
         if url != "sqlite://":          # no connection outlives a use: Optuna's storage names and creates studies, once a run
             kwargs["poolclass"] = NullPool  # (so a worker holds two, its search's and its heartbeat's; no -wal/-shm left by reads)
-        return _retry(lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs),   # first use may race on the schema
-                      (SQLAlchemyError, optuna.exceptions.StorageInternalError, RuntimeError), attempts=20, pause_s=0.1)
+        storage = _retry(lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs),   # first use may race on the schema
+                         (SQLAlchemyError, optuna.exceptions.StorageInternalError, RuntimeError), attempts=20, pause_s=0.1)
+        _ending_idle_transactions(storage.engine)            # its connections from now on (none is pooled on a server)
+        return storage
 
     @contextmanager
     def begin(self) -> Iterator[Connection]:

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 from conftest import ROOT, toy_cache, until
 from postgres_cluster import Cluster
+from sqlalchemy import select
 
 from tuner import history as history_module
 from tuner import service
 from tuner.claims import audit
-from tuner.history import History, HistoryUnavailable, Row, TrialRecord
+from tuner.history import SWEEPS, History, HistoryUnavailable, Row, TrialRecord, outlasting_outages
 from tuner.objectives.cache import CacheObjective
 from tuner.plan import SPACE, encode, plan_hash
 from tuner.search import Search, Spec
@@ -214,3 +215,61 @@ def test_a_server_that_accepts_and_never_answers_is_given_up_after_the_connect_t
         url = f"postgresql+psycopg://tuner@127.0.0.1:{silent.getsockname()[1]}/history"
         with pytest.raises(HistoryUnavailable, match=r"cannot open history .*connection timeout expired"):
             History(url)
+
+
+def test_a_process_stopped_inside_a_transaction_holds_the_study_until_the_idle_limit(postgres_url, tmp_path, monkeypatch):
+    """A worker stopped (Ctrl-Z, a job scheduler's suspend) or cut off while it holds a study's lock made every other
+    worker of the study wait, for the two hours of the server's TCP keepalive when its host was gone. The server now ends
+    such a session after ``IDLE_IN_TRANSACTION_S`` (unless the server, the database or the URL sets a limit), the other
+    worker goes on, and the stopped one, when it goes on, runs its transaction again on a new connection. The stopped
+    process is this test's history, with the limit at 1 s; the worker is a real command."""
+    import psycopg
+
+    cache = toy_cache(tmp_path, {(bx, tile): 1.0 + bx / 64 + tile for bx in (32, 64, 128) for tile in (1, 2)})
+    command = [sys.executable, "-m", "tuner", "--objective", f"cache:{cache}", "--history", postgres_url, "--json",
+               "search_plans", "--seed", "0", "--max-evals"]
+    first = subprocess.run([*command, "2"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert first.returncode == 0, first.stderr
+    study = json.loads(first.stdout)["study"]
+
+    def idle_limit(history: History) -> tuple[str, str]:
+        shown = []
+        for engine in (history.engine, history.storage.engine):
+            with engine.connect() as connection:
+                shown.append(connection.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar_one())
+        history.close()
+        return tuple(shown)
+
+    class Stopped:
+        """Holds the study's lock in its first try until the worker has finished, then reads the study's evaluations."""
+
+        def __init__(self) -> None:
+            self.history, self.said, self.tries, self.worker = History(postgres_url, log=self.said_line), [], 0, None
+
+        def said_line(self, line: str) -> None:
+            self.said.append(line)
+
+        @outlasting_outages
+        def evaluations(self) -> int:
+            self.tries += 1
+            with self.history.begin() as connection:
+                assert self.history.study_lock(connection, study)
+                if self.worker is None:                          # the worker waits for the lock until the server ends this
+                    self.worker = subprocess.run([*command, "6"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+                return connection.execute(select(SWEEPS.c.evaluations).where(SWEEPS.c.study_name == study)).scalar_one()
+
+    monkeypatch.setattr(history_module, "IDLE_IN_TRANSACTION_S", 1.0)
+    assert idle_limit(History(postgres_url)) == ("1s", "1s")
+    stopped = Stopped()
+    assert stopped.evaluations() == 6 and stopped.tries == 2
+    assert stopped.worker.returncode == 0 and "Traceback" not in stopped.worker.stderr, stopped.worker.stderr
+    assert json.loads(stopped.worker.stdout)["evaluations"] == 6
+    assert "idle-in-transaction timeout" in stopped.said[0] and "answers again" in stopped.said[-1], stopped.said
+    stopped.history.close()
+
+    monkeypatch.undo()
+    assert idle_limit(History(postgres_url)) == ("1min", "1min")
+    server, database = postgres_url.rsplit("/", 1)
+    with psycopg.connect(f"{server.replace('postgresql+psycopg', 'postgresql')}/{database}", autocommit=True) as admin:
+        admin.execute(f'ALTER DATABASE "{database}" SET idle_in_transaction_session_timeout = 5000')
+    assert idle_limit(History(postgres_url)) == ("5s", "5s")              # the server's own limit stands
