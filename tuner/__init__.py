@@ -6,9 +6,11 @@ down many times over. So every process that imports the package before numpy get
 environment already says how many (``BLAS_THREADS``); its subprocesses inherit that.
 """
 
+import argparse
 import os
 import signal
 import sys
+from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
 
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
@@ -29,3 +31,19 @@ def quiet_ctrl_c_while_loading() -> None:
     """Until a command installs its own handlers, Ctrl-C exits with 130 and no traceback: loading the tuner takes most of
     a second, and nothing has begun that a traceback would explain. For the commands' entry points only."""
     signal.signal(signal.SIGINT, lambda signum, frame: sys.exit(128 + signum))
+
+
+def positive_number(kind: type[int] | type[float], cap: float) -> Callable[[str], int | float]:
+    """An argparse type (the entry points'): a finite positive ``kind`` (int or float) no larger than ``cap``."""
+    what = f"a positive {'integer' if kind is int else 'number'} up to {cap:,}"
+
+    def parse(text: str) -> int | float:
+        try:
+            value = kind(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text[:40]!r}") from None
+        if not 0 < value <= cap:
+            raise argparse.ArgumentTypeError(f"expected {what}, got {text[:40]!r}")
+        return value
+
+    return parse

@@ -8,9 +8,9 @@ is scored twice, the budget is the study's whatever the number of workers, and a
 become ``done`` in the same transaction that stores them.
 
 A worker is alive while its heartbeat (a thread writing the database's clock every ``HEARTBEAT_S``)
-is younger than ``STALE_S``; on the worker's own machine, a process that no longer exists is dead at
-once. A dead worker's claims go to whoever asks for them next, as Optuna's ``heartbeat_interval`` and
-``fail_stale_trials`` do for trials.
+is younger than :func:`stale_s` (twice the history's outage window); on the worker's own machine, a process
+that no longer exists is dead at once. A dead worker's claims go to whoever asks for them next, as Optuna's
+``heartbeat_interval`` and ``fail_stale_trials`` do for trials.
 """
 
 from __future__ import annotations
@@ -30,8 +30,13 @@ from sqlalchemy import Connection, and_, select
 from tuner.history import CLAIMS, MEMBERS, OUTAGE_S, SWEEPS, WORKERS, History, in_chunks, outlasting_outages, put_sweep
 
 HEARTBEAT_S = 10.0                  # how often a worker says it is alive
-STALE_S = 2 * OUTAGE_S              # a worker silent this long is dead (its claims are free); one that waited out a failing
-                                    # database (OUTAGE_S) is not taken for dead
+
+
+def stale_s(history: History) -> float:
+    """How long a worker of ``history`` may be silent before it is dead (its claims are free): twice the history's
+    ``outage_s``, so that one that waited out a failing database is not taken for dead, and never less than twice the
+    default ``OUTAGE_S`` (a shorter window is no reason to take a worker between two heartbeats for dead)."""
+    return 2 * max(history.outage_s, OUTAGE_S)
 
 
 def _local_key() -> str:
@@ -73,7 +78,7 @@ def studies_at_work(history: History) -> set[str]:
         now = history.now(connection)
         rows = connection.execute(select(WORKERS)).all()
     local = _local_key()
-    return {row.study_name for row in rows if _alive(row, now, STALE_S, local)}
+    return {row.study_name for row in rows if _alive(row, now, stale_s(history), local)}
 
 
 @dataclass
@@ -89,10 +94,9 @@ class Worker:
     """This process, working on study ``study_name`` of ``history``. ``sweep`` is the study's sweep record
     (strategy, objective, mode, target), created by the first claim. :meth:`leave` ends the work."""
 
-    def __init__(self, history: History, study_name: str, sweep: dict[str, Any], heartbeat_s: float = HEARTBEAT_S,
-                 stale_s: float = STALE_S) -> None:
+    def __init__(self, history: History, study_name: str, sweep: dict[str, Any], heartbeat_s: float = HEARTBEAT_S) -> None:
         self.history, self.study_name, self.sweep = history, study_name, sweep
-        self.heartbeat_s, self.stale_s = heartbeat_s, stale_s
+        self.heartbeat_s, self.stale_s = heartbeat_s, stale_s(history)
         self.host, self.local, self.pid = socket.gethostname()[:64], _local_key(), os.getpid()
         self.id = f"{self.host}:{self.pid}:{uuid.uuid4().hex[:8]}"
         self.evaluations = 0                                # the study's evaluations, as of this worker's join or last claim

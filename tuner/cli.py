@@ -22,8 +22,8 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from tuner import package_version, service, stopping, workers
-from tuner.history import HistoryError, HistoryUnavailable, first_line, shown_url
+from tuner import package_version, positive_number, service, stopping, workers
+from tuner.history import OUTAGE_S, HistoryError, HistoryUnavailable, first_line, shown_url
 from tuner.objectives import ObjectiveError
 from tuner.plan import PlanError
 from tuner.space import ProfileError, SpaceError
@@ -33,8 +33,8 @@ from tuner.workspace import LIMITS, MAX_PATH_CHARS, OUTPUT_DIR, RESULT_PATH, Wor
 
 INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, SpaceError, HistoryUnavailable, WorkersError)
 MAX_WORKERS = 256
-GLOBAL_OPTIONS = ("workspace", "history", "objective", "space", "timeout_s", "objective_repeats", "json", "command", "workers",
-                  "worker_env")   # not tool arguments
+GLOBAL_OPTIONS = ("workspace", "history", "outage_s", "objective", "space", "timeout_s", "objective_repeats", "json", "command",
+                  "workers", "worker_env")   # not tool arguments
 NAMED_SIGNALS = frozenset(signal.Signals)
 PLAN_HELP = "a fixture name, a JSON file inside the workspace (default: kernel_plan.json)"
 
@@ -61,22 +61,6 @@ def _bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true or false, got {text!r}")
 
 
-def _positive(kind: type[int] | type[float], cap: float) -> Callable[[str], int | float]:
-    """An argparse type: a finite positive ``kind`` (int or float) no larger than ``cap``."""
-    what = f"a positive {'integer' if kind is int else 'number'} up to {cap:,}"
-
-    def parse(text: str) -> int | float:
-        try:
-            value = kind(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text[:40]!r}") from None
-        if not 0 < value <= cap:
-            raise argparse.ArgumentTypeError(f"expected {what}, got {text[:40]!r}")
-        return value
-
-    return parse
-
-
 def _seed(text: str) -> int:
     try:
         value = int(text)
@@ -87,7 +71,8 @@ def _seed(text: str) -> int:
     return value
 
 
-_evals, _seconds, _rows = _positive(int, LIMITS["max_evals"]), _positive(float, LIMITS["time_s"]), _positive(int, LIMITS["limit"])
+_evals, _seconds = positive_number(int, LIMITS["max_evals"]), positive_number(float, LIMITS["time_s"])
+_rows = positive_number(int, LIMITS["limit"])
 Command = tuple[Callable[..., dict[str, Any]], Callable[[argparse.ArgumentParser], None], str]
 
 
@@ -121,7 +106,7 @@ def _search_args(p: argparse.ArgumentParser, evals: int | None) -> None:
 
 
 def _workers_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--workers", type=_positive(int, MAX_WORKERS), default=1, metavar="N",
+    p.add_argument("--workers", type=positive_number(int, MAX_WORKERS), default=1, metavar="N",
                    help=f"worker processes on this machine, at most {MAX_WORKERS}; they share the study through the history, as the "
                         "same command started on other hosts against the same --history does (default 1)")
     p.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE",
@@ -130,7 +115,7 @@ def _workers_args(p: argparse.ArgumentParser) -> None:
 
 
 def _repeats_arg(p: argparse.ArgumentParser, default: int, least: int = 1) -> None:
-    p.add_argument("--repeats", type=_positive(int, LIMITS["repeats"]), default=default, metavar="K",
+    p.add_argument("--repeats", type=positive_number(int, LIMITS["repeats"]), default=default, metavar="K",
                    help=f"measurements per plan and mode, {least} to {LIMITS['repeats']}; above 1, values are medians and the gate "
                         f"needs a final improvement significant at 95%% (for noisy benchmarks; default {default})")
 
@@ -225,6 +210,10 @@ def _problem_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, defau
     p.add_argument("--history", default=default(None), metavar="PATH|URL",
                    help="history file (a path from the current folder) or SQLAlchemy URL (default: WORKSPACE/studies/history.db, "
                         "created when missing; another file's folder must exist)")
+    p.add_argument("--outage-s", type=_seconds, default=default(OUTAGE_S), metavar="SECONDS",
+                   help="how long a history that fails (a server that restarts or fails over) is waited for before the command "
+                        "ends, its progress saved; a worker silent for twice this is taken for dead, so give every worker of a "
+                        f"study the same (default {OUTAGE_S:g})")
     p.add_argument("--objective", default=default("builtin"), metavar="builtin|command|cache:PATH|command:PROGRAM",
                    help="builtin: the tensor-plan task (fast); command: the workspace's own benchmark.py; "
                         "cache:PATH: replay measured results (a Kernel Tuner cache .json/.json.gz or a T4 results file; a path from the "
@@ -240,7 +229,7 @@ def _problem_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, defau
                         "everything it started and counts as a failed evaluation, which a later search with a longer "
                         "timeout measures again (default 120)")
     if repeats:
-        p.add_argument("--repeats", dest="objective_repeats", type=_positive(int, LIMITS["repeats"]), default=default(1), metavar="K",
+        p.add_argument("--repeats", dest="objective_repeats", type=positive_number(int, LIMITS["repeats"]), default=default(1), metavar="K",
                        help="with a command objective: runs per configuration in searches, valued by their median; every sample "
                             "is kept in the trial (noisy timings; default 1)")
 
@@ -392,7 +381,8 @@ def _run_workers(args: argparse.Namespace, argv: list[str]) -> int:
     """The search of ``argv`` in ``args.workers`` local processes on one study; the input is checked once, here, by
     the command itself in a context that only checks (so a bad argument is one line, not one per worker)."""
     try:
-        ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command, checking=True)
+        ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command, checking=True,
+                                     outage_s=args.outage_s)
         try:
             mode = ctx.objective.modes[0]
             COMMANDS[args.command][0](ctx, **_arguments(args))
@@ -422,8 +412,9 @@ def _say_signalled_workers(command: str, result: dict[str, Any]) -> None:
 def _search_in_workers(args: argparse.Namespace, tool: str, kwargs: dict[str, Any], mode: str) -> dict[str, Any]:
     """One search of ``run --workers N``: ``tool`` with ``kwargs`` as the same command with ``--workers N`` runs it, on the
     problem and history of ``args``. A worker that failed (its own line says why) fails the main job."""
-    argv = ["--workspace", args.workspace, "--objective", args.objective, "--timeout-s", str(args.timeout_s),
-            "--repeats", str(args.objective_repeats), *(["--history", args.history] if args.history is not None else []),
+    argv = ["--workspace", args.workspace, "--outage-s", str(args.outage_s), "--objective", args.objective,
+            "--timeout-s", str(args.timeout_s), "--repeats", str(args.objective_repeats),
+            *(["--history", args.history] if args.history is not None else []),
             *(["--space", args.space] if args.space is not None else []), tool]
     for name, value in kwargs.items():
         if value is not None:
@@ -473,7 +464,7 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
             workers.slot_environments(args.workers, args.worker_env)       # a bad --worker-env before anything runs
         ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command,
                                      log=lambda line: print(line, file=sys.stderr, flush=True), timeout_s=args.timeout_s,
-                                     objective_repeats=args.objective_repeats, worker=slot,
+                                     objective_repeats=args.objective_repeats, outage_s=args.outage_s, worker=slot,
                                      search_workers=functools.partial(_search_in_workers, args) if in_workers else None)
         result = function(ctx, **kwargs)
         if args.json:

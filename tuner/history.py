@@ -130,7 +130,8 @@ DEAD_SERVER = {"keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 10
 # a process stopped (Ctrl-Z, a job scheduler's suspend) or cut off inside a transaction holds its locks (a study's: every
 # worker of it waits) this long at most, where the server would keep them until its own TCP keepalive (two hours)
 IDLE_IN_TRANSACTION_S = 60.0
-OUTAGE_S = 30.0                 # how long a read or write is tried again while the database fails (a restart, a failover, a full disk)
+OUTAGE_S = 30.0                 # how long a read or write is tried again while the database fails (a restart, a failover, a full disk),
+                                # unless the history is opened with its own (``--outage-s``)
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -157,7 +158,7 @@ _POOL_LOG.propagate = False                             # said once, not again b
 
 
 class HistoryError(RuntimeError):
-    """The history database cannot be written, or has failed for longer than ``OUTAGE_S``."""
+    """The history database cannot be written, or has failed for longer than its ``outage_s``."""
 
 
 class HistoryUnavailable(HistoryError, ValueError):
@@ -230,7 +231,7 @@ def _retry(action: Callable[[], T], errors: tuple[type[Exception], ...], attempt
 
 def outlasting_outages(method: F) -> F:
     """``method`` (of a :class:`History`, or of an object with a ``history``; one transaction or one read) run again
-    from its start while the database fails, for up to ``OUTAGE_S``: a server that restarts or fails over, a disk
+    from its start while the database fails, for up to the history's ``outage_s``: a server that restarts or fails over, a disk
     that is full for a while, a session that the server ended (a process that was stopped inside a transaction for
     longer than ``IDLE_IN_TRANSACTION_S``). A failed transaction left nothing behind, so running it again is safe. Past that, a
     :class:`HistoryError` that names the history and the database's words."""
@@ -247,11 +248,11 @@ def outlasting_outages(method: F) -> F:
                     raise
                 words = first_line(exc.orig or exc)[:300]
                 pause = min(2 * pause, 2.0) if pause else 0.05
-                if time.monotonic() + pause > started + OUTAGE_S:
-                    raise HistoryError(f"the history {_safe(history.url)} kept failing for {OUTAGE_S:g} s ({words}); what was "
+                if time.monotonic() + pause > started + history.outage_s:
+                    raise HistoryError(f"the history {_safe(history.url)} kept failing for {history.outage_s:g} s ({words}); what was "
                                        "saved before stays, and the same command resumes the search") from None
                 if pause == 0.05:
-                    say(f"the history {_safe(history.url)} failed ({words}); trying again for up to {OUTAGE_S:g} s")
+                    say(f"the history {_safe(history.url)} failed ({words}); trying again for up to {history.outage_s:g} s")
                 time.sleep(pause)
                 continue
             if pause:
@@ -386,11 +387,13 @@ def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
 class History:
     """The history database at ``url`` (created on first use). ``read_only``: nothing is ever written, and a
     SQLite file that does not exist yet, or a database no tuner wrote to (another tool's Optuna studies only),
-    reads as an empty history (it is neither created nor changed). ``log`` hears of a database that fails for a while
-    (see :func:`outlasting_outages`)."""
+    reads as an empty history (it is neither created nor changed). A database that fails is tried again for
+    ``outage_s`` seconds (default ``OUTAGE_S``), and ``log`` hears of it (see :func:`outlasting_outages`)."""
 
-    def __init__(self, url: str, read_only: bool = False, log: Callable[[str], None] | None = None) -> None:
+    def __init__(self, url: str, read_only: bool = False, log: Callable[[str], None] | None = None,
+                 outage_s: float | None = None) -> None:
         self.url, self.read_only, self.log = url, read_only, log
+        self.outage_s = OUTAGE_S if outage_s is None else outage_s
         self.sqlite = url.startswith("sqlite")
         if self.sqlite and not read_only and _in_memory(url):
             raise HistoryUnavailable(f"cannot write history {url[:200]!r}: an in-memory database is one per connection pool, so "

@@ -38,7 +38,7 @@ from mcp_types import INVALID_PARAMS
 from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationError
 
 from tuner import mcp_results as R
-from tuner import package_version
+from tuner import package_version, positive_number
 from tuner.stopping import described
 from tuner.workspace import LIMITS, MAX_PATH_CHARS, RESULT_PATH, SERVER_NAME, quoted
 
@@ -81,10 +81,10 @@ def annotations(tool: str) -> ToolAnnotations:
 
 
 class Server:
-    """Tools bound to a workspace and a history database."""
+    """Tools bound to a workspace and a history database (tried again for ``outage_s`` while it fails)."""
 
-    def __init__(self, workspace: Path, history: str | None = None) -> None:
-        self.workspace, self.history = workspace, history
+    def __init__(self, workspace: Path, history: str | None = None, outage_s: float | None = None) -> None:
+        self.workspace, self.history, self.outage_s = workspace, history, outage_s
 
     async def call(self, ctx: Context | None, function: str, /, **kwargs: Any) -> Any:
         """Run ``service.<function>`` in a worker thread; errors become tool errors. The result is the
@@ -102,7 +102,8 @@ class Server:
         def work() -> dict[str, Any]:
             from tuner import service
 
-            context = service.Context.create(self.workspace, self.history, tool=function, progress=progress, should_stop=stop.is_set)
+            context = service.Context.create(self.workspace, self.history, tool=function, progress=progress, should_stop=stop.is_set,
+                                             outage_s=self.outage_s)
             try:
                 return getattr(service, function)(context, **kwargs)
             finally:
@@ -170,9 +171,9 @@ class _Server(MCPServer):
             raise ToolError(_argument_errors(tool, exc.__cause__)) from exc.__cause__
 
 
-def build(workspace: Path, history: str | None = None) -> MCPServer:
+def build(workspace: Path, history: str | None = None, outage_s: float | None = None) -> MCPServer:
     """The MCP server for ``workspace`` with every tool registered."""
-    server = Server(workspace, history)
+    server = Server(workspace, history, outage_s)
     tools: list[Tool] = []
 
     def tool(fn: Callable[..., Any]) -> Callable[..., Any]:
@@ -356,6 +357,9 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="tensor_plan_server", description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", default=".", help="workspace root (default: the current folder)")
     parser.add_argument("--history", default=None, help="history file or URL (default: WORKSPACE/studies/history.db)")
+    parser.add_argument("--outage-s", type=positive_number(float, LIMITS["time_s"]), default=None, metavar="SECONDS",
+                        help="how long a history that fails is waited for before a call fails (default: the tuner's, as "
+                             "python -m tuner --help says)")
     parser.add_argument("--self-test", action="store_true", help="list the tools and call the read-only ones")
     args = parser.parse_args(argv)
     signal.signal(signal.SIGINT, signal.default_int_handler)   # asyncio makes Ctrl-C cancel the calls only over this one
@@ -382,7 +386,7 @@ def main(argv: list[str] | None = None) -> int:
     for signum in (signal.SIGTERM, signal.SIGHUP):          # a client or a closed terminal ends the server as Ctrl-C does
         signal.signal(signum, stop)
     try:
-        anyio.run(serve, build(workspace, args.history))
+        anyio.run(serve, build(workspace, args.history, args.outage_s))
     except KeyboardInterrupt:
         if not stops:                                       # Ctrl-C before the event loop ran
             stops.append(signal.SIGINT)

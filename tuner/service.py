@@ -98,6 +98,7 @@ class Context:
     log: Callable[[str], None] | None = None            # a line as each step of the main job ends
     timeout_s: float = 120.0                            # the command objective: seconds one benchmark run may take
     objective_repeats: int = 1                          # the command objective: runs per plan, valued by their median
+    outage_s: float | None = None                       # seconds a failing history is tried again (None: History's default)
     checking: bool = False                              # a search checks its arguments and returns before it runs
     search_workers: SearchWorkers | None = None         # runs the main job's searches in worker processes (run --workers)
     worker: int | None = None                           # this process's number among the workers of --workers
@@ -133,7 +134,7 @@ class Context:
 
     @cached_property
     def history(self) -> History:
-        return History(self.history_url, read_only=not self.writes_history, log=self.log)
+        return History(self.history_url, read_only=not self.writes_history, log=self.log, outage_s=self.outage_s)
 
     @cached_property
     def objective(self) -> Objective:

@@ -191,3 +191,37 @@ def test_a_stopped_server_lets_the_search_in_flight_save_and_says_so_in_one_line
     assert server.returncode == 128 + stop and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     with reading(database) as connection:
         assert connection.execute("select state from tuner_sweeps").fetchall() == [("cancelled",)]
+
+
+@pytest.mark.anyio
+async def test_a_history_that_fails_mid_search_ends_the_call_after_the_servers_outage_s(workspace, postgres_server, postgres_url):
+    """``--outage-s`` reaches the calls: a search in flight whose PostgreSQL history goes away is an error result once the
+    server's window has passed, saying how long it waited, and the server answers calls again once the history is back."""
+    import anyio
+
+    entry = params(workspace)
+    server = StdioServerParameters(command=entry.command, args=[*entry.args, "--history", postgres_url, "--outage-s", "1"],
+                                   env=entry.env, cwd=entry.cwd)
+    under_way, ended, result = anyio.Event(), anyio.Event(), {}
+
+    async def progress(done, total, message):
+        under_way.set()
+
+    async def search(client):
+        result["search"] = await client.call_tool("search_plans", {"max_evals": 1_000_000, "time_s": 600}, progress_callback=progress)
+        ended.set()
+
+    async with Client(server, read_timeout_seconds=300) as client:
+        async with anyio.create_task_group() as group:
+            group.start_soon(search, client)
+            await under_way.wait()
+            postgres_server.stop()
+            try:
+                with anyio.fail_after(120):
+                    await ended.wait()              # the history is gone while the call waits for it
+            finally:
+                postgres_server.start()
+        after = await client.call_tool("resume_search_history", {})
+    text = " ".join(getattr(c, "text", "") for c in result["search"].content)
+    assert result["search"].is_error and "kept failing for 1 s" in text and "Traceback" not in text, text
+    assert not after.is_error and after.structured_content["searches"][0]["strategy"] == "quick"

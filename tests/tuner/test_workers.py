@@ -21,8 +21,8 @@ from conftest import ROOT
 from sqlalchemy import text
 
 from tuner import BLAS_THREADS
-from tuner.claims import STALE_S, Worker, audit
-from tuner.history import WORKERS, History, Row
+from tuner.claims import Worker, audit
+from tuner.history import OUTAGE_S, WORKERS, History, Row
 from tuner.plan import SPACE
 from tuner.workers import WorkersError, combine, slot_environments
 
@@ -63,9 +63,12 @@ def _silent_worker(history: History, name: str, age_s: float) -> None:
                                 "values ('s', 'plan:x', 1, :w, 'claimed', '[0]')"), {"w": name})
 
 
-@pytest.mark.parametrize(("age_s", "free"), [(STALE_S + 5, True), (1.0, False)])
-def test_a_worker_on_another_host_is_dead_only_after_the_heartbeat_timeout(tmp_path, age_s, free):
-    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+@pytest.mark.parametrize(("outage_s", "age_s", "free"), [(None, 2 * OUTAGE_S + 5, True), (None, 1.0, False),
+                                                         (2 * OUTAGE_S, 2 * OUTAGE_S + 5, False), (1.0, 5.0, False)])
+def test_a_worker_on_another_host_is_dead_only_after_the_heartbeat_timeout(tmp_path, outage_s, age_s, free):
+    """Dead once silent for twice the history's outage window (``--outage-s``), so that a worker that waited out a failing
+    database is not taken for dead: a longer window waits longer for the others, a shorter one no less than the default's."""
+    history = History(f"sqlite:///{tmp_path / 'h.db'}", outage_s=outage_s)
     history.study("s")
     _silent_worker(history, "elsewhere:1:abc", age_s)
     worker = _worker(history)
