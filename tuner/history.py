@@ -130,8 +130,8 @@ DEAD_SERVER = {"keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 10
 # a process stopped (Ctrl-Z, a job scheduler's suspend) or cut off inside a transaction holds its locks (a study's: every
 # worker of it waits) this long at most, where the server would keep them until its own TCP keepalive (two hours)
 IDLE_IN_TRANSACTION_S = 60.0
-OUTAGE_S = 30.0                 # how long a read or write is tried again while the database fails (a restart, a failover, a full disk),
-                                # unless the history is opened with its own (``--outage-s``)
+OUTAGE_S = 30.0                 # how long a read or write is tried again while the database fails (a restart, a failover,
+                                # a full disk), unless the history is opened with its own (``--outage-s``)
 T = TypeVar("T")
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -231,10 +231,10 @@ def _retry(action: Callable[[], T], errors: tuple[type[Exception], ...], attempt
 
 def outlasting_outages(method: F) -> F:
     """``method`` (of a :class:`History`, or of an object with a ``history``; one transaction or one read) run again
-    from its start while the database fails, for up to the history's ``outage_s``: a server that restarts or fails over, a disk
-    that is full for a while, a session that the server ended (a process that was stopped inside a transaction for
-    longer than ``IDLE_IN_TRANSACTION_S``). A failed transaction left nothing behind, so running it again is safe. Past that, a
-    :class:`HistoryError` that names the history and the database's words."""
+    from its start while the database fails, for up to the history's ``outage_s``: a server that restarts or fails
+    over, a disk that is full for a while, a session that the server ended (a process that was stopped inside a
+    transaction for longer than ``IDLE_IN_TRANSACTION_S``). A failed transaction left nothing behind, so running it
+    again is safe. Past that, a :class:`HistoryError` that names the history and the database's words."""
     @functools.wraps(method)
     def outlasting(self: Any, *args: Any, **kwargs: Any) -> Any:
         history: History = self if isinstance(self, History) else self.history
