@@ -212,8 +212,8 @@ def _problem_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, defau
                         "created when missing; another file's folder must exist)")
     p.add_argument("--outage-s", type=_seconds, default=default(OUTAGE_S), metavar="SECONDS",
                    help="how long a history that fails (a server that restarts or fails over) is waited for before the command "
-                        "ends, its progress saved; a worker silent for twice this (at least 60 s) is taken for dead, so give "
-                        f"every worker of a study the same (default {OUTAGE_S:g})")
+                        f"ends, its progress saved; a worker silent for twice this (at least {2 * OUTAGE_S:g} s) is taken for dead, "
+                        f"so give every worker of a study the same (default {OUTAGE_S:g})")
     p.add_argument("--objective", default=default("builtin"), metavar="builtin|command|cache:PATH|command:PROGRAM",
                    help="builtin: the tensor-plan task (fast); command: the workspace's own benchmark.py; "
                         "cache:PATH: replay measured results (a Kernel Tuner cache .json/.json.gz or a T4 results file; a path from the "
