@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import logging
+import re
 import sqlite3
 import sys
 import time
@@ -287,8 +288,8 @@ def shown_url(url: str) -> str:
     try:
         parsed = make_url(url)
         return url if parsed.password is None else parsed.render_as_string(hide_password=True)
-    except Exception:                       # not a URL SQLAlchemy can parse: the text says so itself
-        return url[:200]
+    except Exception:                       # not a URL SQLAlchemy can parse: the text says so itself, but for a password
+        return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", url[:200])
 
 
 def _safe(url: str) -> str:
@@ -304,7 +305,7 @@ def _in_memory(url: str) -> bool:
     """Whether SQLite ``url`` names an in-memory database, of which every engine opening it gets one of its own."""
     try:
         parsed = make_url(url)
-    except ArgumentError:
+    except (ArgumentError, ValueError):     # not a URL SQLAlchemy can read (a port that is not a number)
         return False
     return parsed.database in (None, "", ":memory:") or parsed.query.get("mode") == "memory"
 
@@ -312,7 +313,7 @@ def _in_memory(url: str) -> bool:
 def sqlite_file(url: str) -> Path | None:
     """The file a SQLite URL names (its query, such as ``?timeout=5``, left out); ``None`` for another database, an
     in-memory one or a URL SQLAlchemy cannot read (opening it says why)."""
-    with contextlib.suppress(ArgumentError):
+    with contextlib.suppress(ArgumentError, ValueError):
         if url.startswith("sqlite") and not _in_memory(url):
             return Path(make_url(url).database)
     return None
@@ -394,6 +395,10 @@ class History:
                  outage_s: float | None = None) -> None:
         self.url, self.read_only, self.log = url, read_only, log
         self.outage_s = OUTAGE_S if outage_s is None else outage_s
+        try:
+            make_url(url)
+        except (ArgumentError, ValueError) as exc:
+            raise HistoryUnavailable(f"cannot open history {_safe(url)}: not a database URL ({first_line(exc)[:200]})") from None
         self.sqlite = url.startswith("sqlite")
         if self.sqlite and not read_only and _in_memory(url):
             raise HistoryUnavailable(f"cannot write history {url[:200]!r}: an in-memory database is one per connection pool, so "

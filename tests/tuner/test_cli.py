@@ -224,10 +224,12 @@ def test_a_refusal_exits_1_and_keeps_the_plan(workspace):
 @pytest.mark.parametrize(("history", "fragment"), [
     ("/proc/nowhere/h.db", "does not exist"),
     ("postgresql+pg8000://user@127.0.0.1:1/db", "'.[postgres]'"),
+    ("postgresql+psycopg://tuner:hunter2@db:5432x/h", "'postgresql+psycopg://tuner:***@db:5432x/h': not a database URL"),
 ])
 def test_an_unusable_history_exits_2_with_one_line(workspace, history, fragment):
     out = tuner(workspace, "--history", history, "compare_history")
     assert out.returncode == 2 and fragment in out.stderr and len(out.stderr.splitlines()) == 1, out.stderr
+    assert "hunter2" not in out.stderr
     assert not Path(history).parent.exists()
 
 
