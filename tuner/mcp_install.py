@@ -4,7 +4,9 @@ Prints (or, with ``--write``, merges into the workspace's client file) the entry
 tensor-plan server from the repository's manifest (in a workspace without one, ``python -m
 tuner.mcp_server``): Claude Code's ``.mcp.json`` (``mcpServers``),
 VS Code's ``.vscode/mcp.json`` (``servers`` with ``type: stdio``) or Codex's
-``.codex/config.toml`` (``[mcp_servers.NAME]`` with command, args, env, cwd).
+``.codex/config.toml`` (``[mcp_servers.NAME]`` with command, args, env, cwd). The tuner's ``--history``
+and ``--outage-s`` become the server's; the options of another problem are refused (the server serves the
+workspace's tensor plan on the built-in model).
 """
 
 from __future__ import annotations
@@ -15,22 +17,54 @@ import sys
 from pathlib import Path
 from typing import Any
 
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import ArgumentError
+
+from tuner.history import OUTAGE_S, first_line, resolve_url, shown_url
 from tuner.mcp_client import manifest_command
+from tuner.service import Context
 from tuner.workspace import MANIFEST, PLAN_FILE, SERVER_NAME, Workspace, atomic_write, loads
 
 CLIENT_FILES = {"claude": ".mcp.json", "vscode": ".vscode/mcp.json", "codex": ".codex/config.toml"}
 
 
-def server_entry(workspace: Workspace) -> tuple[str, dict[str, Any]]:
+def server_entry(workspace: Workspace, options: tuple[str, ...] = ()) -> tuple[str, dict[str, Any]]:
     """The manifest's server, with its interpreter and launcher made absolute so any working folder
     and any client environment works; without a manifest (a workspace of an installed package), this
-    interpreter's ``-m tuner.mcp_server`` serving the workspace."""
+    interpreter's ``-m tuner.mcp_server`` serving the workspace. ``options`` follow its arguments."""
     if not (workspace.root / MANIFEST).is_file():
-        return SERVER_NAME, {"command": sys.executable, "args": ["-m", "tuner.mcp_server", "--workspace", str(workspace.root)], "env": {}}
+        return SERVER_NAME, {"command": sys.executable, "args": ["-m", "tuner.mcp_server", "--workspace", str(workspace.root), *options],
+                             "env": {}}
     servers = json.loads((workspace.root / MANIFEST).read_text(encoding="utf-8"))["mcpServers"]
     name, entry = next(iter(servers.items()))
     args = [str(workspace.root / a) if a.endswith(".py") else a for a in entry.get("args", [])]
-    return name, {"command": manifest_command(entry["command"]), "args": args, "env": dict(entry.get("env", {}))}
+    return name, {"command": manifest_command(entry["command"]), "args": [*args, *options], "env": dict(entry.get("env", {}))}
+
+
+def server_options(args: argparse.Namespace) -> tuple[str, ...]:
+    """The server's arguments from the tuner's options: ``--history`` (as an absolute URL, so the client's working folder
+    does not matter) and ``--outage-s`` where given. A history URL with a password is refused (the client file is plain
+    text, often committed), as are the options of another problem than the tensor plan on the built-in model."""
+    foreign = [name for name, given in (("--objective", args.objective != "builtin"), ("--space", args.space is not None),
+                                        ("--timeout-s", args.timeout_s != Context.timeout_s),
+                                        ("--repeats", args.objective_repeats != 1)) if given]
+    if foreign:
+        raise ValueError(f"{', '.join(foreign)} cannot be given to the MCP server: it serves the workspace's tensor plan on the "
+                         "built-in model (the tuner's commands take them)")
+    options: tuple[str, ...] = ()
+    if args.history is not None:
+        url = resolve_url(args.history)
+        try:
+            password = make_url(url).password
+        except (ArgumentError, ValueError) as exc:
+            raise ValueError(f"history {shown_url(url)!r} is not a database URL ({first_line(exc)[:200]})") from None
+        if password is not None:
+            raise ValueError("the history URL holds a password, which the client file would keep in plain text: leave it out "
+                             "and give it in ~/.pgpass or PGPASSWORD, which the PostgreSQL driver reads")
+        options += ("--history", url)
+    if args.outage_s != OUTAGE_S:
+        options += ("--outage-s", f"{args.outage_s:g}")
+    return options
 
 
 def _toml(name: str, entry: dict[str, Any], cwd: Path) -> str:
@@ -39,9 +73,9 @@ def _toml(name: str, entry: dict[str, Any], cwd: Path) -> str:
             f"env = {{ {env} }}\ncwd = {json.dumps(str(cwd))}\n")
 
 
-def config_text(workspace: Workspace, client: str, existing: str | None = None) -> str:
-    """The client's configuration file text, merged into ``existing`` when given."""
-    name, entry = server_entry(workspace)
+def config_text(workspace: Workspace, client: str, existing: str | None = None, options: tuple[str, ...] = ()) -> str:
+    """The client's configuration file text (the server given ``options``), merged into ``existing`` when given."""
+    name, entry = server_entry(workspace, options)
     if client == "codex":
         block = _toml(name, entry, workspace.root)
         if not existing:
@@ -70,8 +104,13 @@ def install(args: argparse.Namespace) -> int:
         return 2
     target = workspace.path(CLIENT_FILES[args.client])
     try:
+        options = server_options(args)
+    except ValueError as exc:
+        print(f"tuner mcp install: error: {str(exc)[:400]}", file=sys.stderr)
+        return 2
+    try:
         existing = target.read_text(encoding="utf-8") if args.write and target.is_file() else None
-        text = config_text(workspace, args.client, existing)
+        text = config_text(workspace, args.client, existing, options)
     except ValueError as exc:                           # not UTF-8, not JSON, not an object of servers
         print(f"tuner mcp install: error: cannot merge into {target}: {exc}", file=sys.stderr)
         return 2

@@ -8,8 +8,10 @@ import sqlite3
 import subprocess
 import sys
 
+import anyio
 import pytest
 from conftest import child_env
+from mcp import Client, StdioServerParameters
 
 HELPER = ".harnessgym/runtime/mcp_call.py"
 
@@ -141,6 +143,38 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
     refused = tuner("--client", "claude")
     assert refused.returncode == 2 and not refused.stdout and "holds neither the manifest" in refused.stderr
 
+
+
+def test_mcp_install_gives_the_server_the_tuners_history_and_outage_window(workspace, tmp_path):
+    """`tuner --history H --outage-s S mcp install` configured a server on the workspace's default history, dropping both
+    options without a word; they are the server's now (the history as an absolute URL), and the options of another
+    problem, or a history URL with a password that the client file would keep in plain text, are refused."""
+    (tmp_path / "elsewhere").mkdir()
+
+    def install(*options):
+        return subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), *options, "mcp", "install", "--client",
+                               "claude"], capture_output=True, text=True, env=child_env(), timeout=60, cwd=tmp_path)
+
+    out = install("--history", "elsewhere/h.db", "--outage-s", "90")
+    assert out.returncode == 0, out.stderr
+    entry = json.loads(out.stdout)["mcpServers"]["tensor-plan-server"]
+    history = tmp_path / "elsewhere" / "h.db"
+    assert entry["args"][-4:] == ["--history", f"sqlite:///{history}", "--outage-s", "90"]
+    searched = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", "elsewhere/h.db",
+                               "search_plans", "--max-evals", "5"],
+                              capture_output=True, text=True, env=child_env(), timeout=300, cwd=tmp_path)
+    assert searched.returncode == 0, searched.stderr
+
+    async def searches() -> list:
+        server = StdioServerParameters(command=entry["command"], args=entry["args"], env=child_env(), cwd=str(tmp_path))
+        async with Client(server) as client:
+            return (await client.call_tool("resume_search_history", {})).structured_content["searches"]
+
+    assert [s["strategy"] for s in anyio.run(searches)] == ["quick"]               # the server reads that history
+    for options, fragment in ((("--history", "postgresql+psycopg://tuner:hunter2@db/h"), "holds a password"),
+                              (("--objective", "command", "--timeout-s", "5"), "--objective, --timeout-s cannot be given")):
+        out = install(*options)
+        assert out.returncode == 2 and not out.stdout and fragment in out.stderr and "hunter2" not in out.stderr, out.stderr
 
 @pytest.mark.parametrize(("content", "fragment"), [
     (b'{"mcpServers": []}', "not a JSON object whose 'mcpServers' is an object"),
