@@ -53,7 +53,7 @@ from sqlalchemy import (
 )
 from sqlalchemy.dialects.postgresql import insert as postgresql_insert
 from sqlalchemy.dialects.sqlite import insert as sqlite_insert
-from sqlalchemy.engine import make_url
+from sqlalchemy.engine import URL, make_url
 from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, OperationalError, SQLAlchemyError
 from sqlalchemy.pool import NullPool, StaticPool
 
@@ -292,6 +292,15 @@ def shown_url(url: str) -> str:
         return re.sub(r"(://[^/@:]*:)[^/@]*@", r"\1***@", url[:200])
 
 
+def parsed_url(url: str) -> URL:
+    """``url`` as SQLAlchemy reads it; one it cannot read (a port that is not a number) is refused by name, its password
+    hidden."""
+    try:
+        return make_url(url)
+    except (ArgumentError, ValueError) as exc:
+        raise HistoryUnavailable(f"cannot open history {_safe(url)}: not a database URL ({first_line(exc)[:200]})") from None
+
+
 def _safe(url: str) -> str:
     return repr(shown_url(url))
 
@@ -395,10 +404,7 @@ class History:
                  outage_s: float | None = None) -> None:
         self.url, self.read_only, self.log = url, read_only, log
         self.outage_s = OUTAGE_S if outage_s is None else outage_s
-        try:
-            make_url(url)
-        except (ArgumentError, ValueError) as exc:
-            raise HistoryUnavailable(f"cannot open history {_safe(url)}: not a database URL ({first_line(exc)[:200]})") from None
+        parsed_url(url)
         self.sqlite = url.startswith("sqlite")
         if self.sqlite and not read_only and _in_memory(url):
             raise HistoryUnavailable(f"cannot write history {url[:200]!r}: an in-memory database is one per connection pool, so "

@@ -17,10 +17,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from sqlalchemy.engine import make_url
-from sqlalchemy.exc import ArgumentError
-
-from tuner.history import OUTAGE_S, first_line, resolve_url, shown_url
+from tuner.history import OUTAGE_S, parsed_url, resolve_url
 from tuner.mcp_client import manifest_command
 from tuner.service import Context
 from tuner.workspace import MANIFEST, PLAN_FILE, SERVER_NAME, Workspace, atomic_write, loads
@@ -54,11 +51,7 @@ def server_options(args: argparse.Namespace) -> tuple[str, ...]:
     options: tuple[str, ...] = ()
     if args.history is not None:
         url = resolve_url(args.history)
-        try:
-            password = make_url(url).password
-        except (ArgumentError, ValueError) as exc:
-            raise ValueError(f"history {shown_url(url)!r} is not a database URL ({first_line(exc)[:200]})") from None
-        if password is not None:
+        if parsed_url(url).password is not None:            # one it cannot read is a HistoryUnavailable, a ValueError
             raise ValueError("the history URL holds a password, which the client file would keep in plain text: leave it out "
                              "and give it in ~/.pgpass or PGPASSWORD, which the PostgreSQL driver reads")
         options += ("--history", url)
