@@ -131,6 +131,9 @@ DEAD_SERVER = {"keepalives": 1, "keepalives_idle": 20, "keepalives_interval": 10
 # a process stopped (Ctrl-Z, a job scheduler's suspend) or cut off inside a transaction holds its locks (a study's: every
 # worker of it waits) this long at most, where the server would keep them until its own TCP keepalive (two hours)
 IDLE_IN_TRANSACTION_S = 60.0
+# and the server probes a silent client as the client probes a silent server (DEAD_SERVER): a dead host's sessions, with
+# their connection slots and locks, end within a minute, where the system's keepalive takes over two hours
+DEAD_CLIENT = {f"tcp_{name}": DEAD_SERVER[name] for name in ("keepalives_idle", "keepalives_interval", "keepalives_count")}
 OUTAGE_S = 30.0                 # how long a read or write is tried again while the database fails (a restart, a failover,
                                 # a full disk), unless the history is opened with its own (``--outage-s``)
 T = TypeVar("T")
@@ -353,21 +356,22 @@ def _server_args(url: str) -> dict[str, Any]:
     return {name: value for name, value in {"connect_timeout": CONNECT_S, **DEAD_SERVER}.items() if name not in parsed.query}
 
 
-def _ending_idle_transactions(engine: Engine) -> Engine:
+def _ending_stuck_sessions(engine: Engine) -> Engine:
     """``engine``, whose PostgreSQL sessions the server ends once idle in a transaction for ``IDLE_IN_TRANSACTION_S``
-    (``idle_in_transaction_session_timeout``) where the server, the database, the role or the URL sets no limit: the
-    locks of a process that cannot go on are freed, and that process, if it does go on, finds its connection closed,
-    an outage that it outlasts (:func:`outlasting_outages`) by running the transaction again."""
+    (``idle_in_transaction_session_timeout``), or once their client's host is silent (``DEAD_CLIENT``), each where
+    the server, the database, the role or the URL sets nothing: the locks and the connection slot of a process that
+    cannot go on are freed, and that process, if it does go on, finds its connection closed, an outage that it
+    outlasts (:func:`outlasting_outages`) by running the transaction again."""
     if engine.dialect.name == "postgresql":
-        event.listen(engine, "connect", _limit_idle_transactions)
+        event.listen(engine, "connect", _limit_stuck_sessions)
     return engine
 
 
-def _limit_idle_transactions(dbapi_connection: Any, _record: Any) -> None:
+def _limit_stuck_sessions(dbapi_connection: Any, _record: Any) -> None:
+    wanted = {"idle_in_transaction_session_timeout": round(IDLE_IN_TRANSACTION_S * 1000), **DEAD_CLIENT}
     with dbapi_connection.cursor() as cursor:
-        cursor.execute("SELECT set_config('idle_in_transaction_session_timeout', %s, false) "
-                       "WHERE current_setting('idle_in_transaction_session_timeout', true) = '0'",
-                       (str(round(IDLE_IN_TRANSACTION_S * 1000)),))
+        cursor.execute("SELECT set_config(name, value, false) FROM pg_settings JOIN unnest(%s::text[], %s::text[]) "
+                       "AS wanted(name, value) USING (name) WHERE source = 'default'", (list(wanted), [str(v) for v in wanted.values()]))
     dbapi_connection.commit()                           # a setting made in a transaction that is rolled back is undone
 
 
@@ -422,7 +426,7 @@ class History:
             if self.sqlite:
                 self.engine = _sqlite_engine(url, read_only)
             else:
-                self.engine = _ending_idle_transactions(create_engine(url, pool_pre_ping=True, connect_args=_server_args(url)))
+                self.engine = _ending_stuck_sessions(create_engine(url, pool_pre_ping=True, connect_args=_server_args(url)))
             if read_only and url != "sqlite://" and not set(_META.tables) & set(inspect(self.engine).get_table_names()):
                 self.engine.dispose()
                 url, self.sqlite = "sqlite://", True
@@ -486,7 +490,7 @@ class History:
             kwargs["poolclass"] = NullPool  # (so a worker holds two, its search's and its heartbeat's; no -wal/-shm left by reads)
         storage = _retry(lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs),   # first use may race on the schema
                          (SQLAlchemyError, optuna.exceptions.StorageInternalError, RuntimeError), attempts=20, pause_s=0.1)
-        _ending_idle_transactions(storage.engine)            # its connections from now on (none is pooled on a server)
+        _ending_stuck_sessions(storage.engine)            # its connections from now on (none is pooled on a server)
         return storage
 
     @contextmanager

@@ -221,22 +221,12 @@ def test_a_process_stopped_inside_a_transaction_holds_the_study_until_the_idle_l
     such a session after ``IDLE_IN_TRANSACTION_S`` (unless the server, the database or the URL sets a limit), the other
     worker goes on, and the stopped one, when it goes on, runs its transaction again on a new connection. The stopped
     process is this test's history, with the limit at 1 s; the worker is a real command."""
-    import psycopg
-
     cache = toy_cache(tmp_path, {(bx, tile): 1.0 + bx / 64 + tile for bx in (32, 64, 128) for tile in (1, 2)})
     command = [sys.executable, "-m", "tuner", "--objective", f"cache:{cache}", "--history", postgres_url, "--json",
                "search_plans", "--seed", "0", "--max-evals"]
     first = subprocess.run([*command, "2"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
     assert first.returncode == 0, first.stderr
     study = json.loads(first.stdout)["study"]
-
-    def idle_limit(history: History) -> tuple[str, str]:
-        shown = []
-        for engine in (history.engine, history.storage.engine):
-            with engine.connect() as connection:
-                shown.append(connection.exec_driver_sql("SHOW idle_in_transaction_session_timeout").scalar_one())
-        history.close()
-        return tuple(shown)
 
     class Stopped:
         """Holds the study's lock in its first try until the worker has finished, then reads the study's evaluations."""
@@ -257,7 +247,6 @@ def test_a_process_stopped_inside_a_transaction_holds_the_study_until_the_idle_l
                 return connection.execute(select(SWEEPS.c.evaluations).where(SWEEPS.c.study_name == study)).scalar_one()
 
     monkeypatch.setattr(history_module, "IDLE_IN_TRANSACTION_S", 1.0)
-    assert idle_limit(History(postgres_url)) == ("1s", "1s")
     stopped = Stopped()
     assert stopped.evaluations() == 6 and stopped.tries == 2
     assert stopped.worker.returncode == 0 and "Traceback" not in stopped.worker.stderr, stopped.worker.stderr
@@ -265,9 +254,27 @@ def test_a_process_stopped_inside_a_transaction_holds_the_study_until_the_idle_l
     assert "idle-in-transaction timeout" in stopped.said[0] and "answers again" in stopped.said[-1], stopped.said
     stopped.history.close()
 
-    monkeypatch.undo()
-    assert idle_limit(History(postgres_url)) == ("1min", "1min")
+
+def test_the_server_ends_the_sessions_of_stuck_clients_unless_told_otherwise(postgres_url):
+    """Each session of the history (the tuner's engine and Optuna's) asks the server to end it once idle inside a
+    transaction for a minute, and to probe a silent client as the client probes the server, so that a dead host's
+    sessions (their connection slots, their locks) end within a minute, not two hours; a value that the server, the
+    database, the role or the URL sets stands."""
+    import psycopg
+
+    names = ("idle_in_transaction_session_timeout", "tcp_keepalives_idle", "tcp_keepalives_interval", "tcp_keepalives_count")
+
+    def limits(url: str) -> set[tuple[str, ...]]:
+        history, shown = History(url), set()
+        for engine in (history.engine, history.storage.engine):
+            with engine.connect() as connection:
+                shown.add(tuple(connection.exec_driver_sql(f"SHOW {name}").scalar_one() for name in names))
+        history.close()
+        return shown
+
+    assert limits(postgres_url) == {("1min", "20", "10", "3")}
+    assert limits(f"{postgres_url}?options=-c%20tcp_keepalives_idle%3D300") == {("1min", "300", "10", "3")}
     server, database = postgres_url.rsplit("/", 1)
     with psycopg.connect(f"{server.replace('postgresql+psycopg', 'postgresql')}/{database}", autocommit=True) as admin:
         admin.execute(f'ALTER DATABASE "{database}" SET idle_in_transaction_session_timeout = 5000')
-    assert idle_limit(History(postgres_url)) == ("5s", "5s")              # the server's own limit stands
+    assert limits(postgres_url) == {("5s", "20", "10", "3")}
