@@ -445,7 +445,9 @@ class History:
             hint = (f"the '{extra}' extra installs psycopg 3: pip install -e '.[{extra}]', then use {scheme}+psycopg://..."
                     if extra else "install the driver SQLAlchemy names")
             raise HistoryUnavailable(f"the database driver for {scheme} ({exc.name}) is not installed; {hint}") from None
-        except (SQLAlchemyError, OSError) as exc:
+        except (SQLAlchemyError, OSError, optuna.exceptions.StorageInternalError) as exc:
+            if isinstance(exc, optuna.exceptions.StorageInternalError) and exc.__cause__ is not None:
+                exc = exc.__cause__                         # Optuna's words say nothing; the database's say why
             raise HistoryUnavailable(f"cannot open history {_safe(url)}: {exc.__class__.__name__}: {first_line(exc)}") from None
 
     def _backfill_members(self) -> None:

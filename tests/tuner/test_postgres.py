@@ -278,3 +278,34 @@ def test_the_server_ends_the_sessions_of_stuck_clients_unless_told_otherwise(pos
     with psycopg.connect(f"{server.replace('postgresql+psycopg', 'postgresql')}/{database}", autocommit=True) as admin:
         admin.execute(f'ALTER DATABASE "{database}" SET idle_in_transaction_session_timeout = 5000')
     assert limits(postgres_url) == {("5s", "20", "10", "3")}
+
+
+def test_a_server_out_of_connection_slots_is_one_line_wherever_opening_the_history_meets_it(postgres_url, workspace):
+    """Opening a history takes a few connections at once: the tuner's own, then Optuna's storage. A role (or a server)
+    with no slot left for one of them is refused by the server, and the command says so in one line and exits 2, at
+    whichever of them it happens (Optuna's printed a traceback of its own error, which hides the server's words)."""
+    import uuid
+
+    import psycopg
+
+    server, database = postgres_url.rsplit("/", 1)
+    role = f"r_{uuid.uuid4().hex[:8]}"
+    with psycopg.connect(f"{server.replace('postgresql+psycopg', 'postgresql')}/{database}", autocommit=True) as admin:
+        admin.execute(f"CREATE ROLE {role} LOGIN")                     # a superuser is not held to a connection limit
+        admin.execute(f'ALTER DATABASE "{database}" OWNER TO {role}')
+        admin.execute(f"ALTER SCHEMA public OWNER TO {role}")
+        codes = {}
+        for limit in (1, 2, 3):
+            admin.execute(f"ALTER ROLE {role} CONNECTION LIMIT {limit}")
+            out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history",
+                                  postgres_url.replace("postgres@", f"{role}@"), "search_plans", "--max-evals", "5"],
+                                 capture_output=True, text=True, timeout=600)
+            codes[limit] = out.returncode
+            assert out.returncode in (0, 2) and "Traceback" not in out.stderr, out.stderr
+            if out.returncode == 2:
+                assert len(out.stderr.splitlines()) == 1 and f'too many connections for role "{role}"' in out.stderr, out.stderr
+        admin.execute(f'ALTER DATABASE "{database}" OWNER TO postgres')
+        admin.execute("ALTER SCHEMA public OWNER TO postgres")
+        admin.execute(f"DROP OWNED BY {role}")
+        admin.execute(f"DROP ROLE {role}")
+    assert codes[1] == 2
