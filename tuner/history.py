@@ -431,9 +431,11 @@ class History:
                 self.engine.dispose()
                 url, self.sqlite = "sqlite://", True
                 self.engine = _sqlite_engine(url, read_only)
-            with self._schema_lock():
+            with self._schema_lock() as locked:
                 if not read_only or url == "sqlite://":
-                    _META.create_all(self.engine)
+                    _META.create_all(locked or self.engine)
+                    if locked is not None:
+                        locked.commit()                     # the other connections see the tables
                 self.storage = self._optuna_storage(url)
                 if not read_only:
                     self._backfill_members()
@@ -471,18 +473,21 @@ class History:
                 connection.execute(insert(MEMBERS), rows)
 
     @contextmanager
-    def _schema_lock(self) -> Iterator[None]:
-        """Hold a server-wide lock while the schema is created (PostgreSQL: an advisory lock), so processes
-        starting together do not race on ``CREATE TABLE``; SQLite serializes them itself."""
+    def _schema_lock(self) -> Iterator[Connection | None]:
+        """Hold a server-wide lock while the schema is created (PostgreSQL: an advisory lock, on the connection given
+        to create the tables with, so that opening a history takes no connection more than Optuna's storage needs:
+        many workers starting together need the server's slots), so processes starting together do not race on
+        ``CREATE TABLE``; SQLite serializes them itself (``None``)."""
         if self.sqlite:
-            yield
+            yield None
             return
         with self.connect() as connection:
             connection.execute(text("SELECT pg_advisory_lock(:key)"), {"key": _SCHEMA_LOCK})
             connection.commit()
             try:
-                yield
+                yield connection
             finally:
+                connection.rollback()                       # what failed, if anything; the advisory lock outlives it
                 connection.execute(text("SELECT pg_advisory_unlock(:key)"), {"key": _SCHEMA_LOCK})
                 connection.commit()
 

@@ -283,7 +283,9 @@ def test_the_server_ends_the_sessions_of_stuck_clients_unless_told_otherwise(pos
 def test_a_server_out_of_connection_slots_is_one_line_wherever_opening_the_history_meets_it(postgres_url, workspace):
     """Opening a history takes a few connections at once: the tuner's own, then Optuna's storage. A role (or a server)
     with no slot left for one of them is refused by the server, and the command says so in one line and exits 2, at
-    whichever of them it happens (Optuna's printed a traceback of its own error, which hides the server's words)."""
+    whichever of them it happens (Optuna's printed a traceback of its own error, which hides the server's words). Three
+    are enough to open the history and search (four were: the tuner's tables were made on a connection of their own),
+    so more workers starting together fit a server's slots."""
     import uuid
 
     import psycopg
@@ -308,4 +310,4 @@ def test_a_server_out_of_connection_slots_is_one_line_wherever_opening_the_histo
         admin.execute("ALTER SCHEMA public OWNER TO postgres")
         admin.execute(f"DROP OWNED BY {role}")
         admin.execute(f"DROP ROLE {role}")
-    assert codes[1] == 2
+    assert codes[1] == 2 and codes[3] == 0, codes
