@@ -409,13 +409,19 @@ def _say_signalled_workers(command: str, result: dict[str, Any]) -> None:
                   "the others took over its claims", file=sys.stderr)
 
 
+def _problem_argv(args: argparse.Namespace) -> list[str]:
+    """The options of ``args`` that say which problem and history a command works on (:func:`_problem_options`, where
+    each is defined once), as a command line for another command on the same problem."""
+    options = argparse.ArgumentParser(add_help=False)
+    _problem_options(options, defaults=True)
+    return [word for action in options._actions if (value := getattr(args, action.dest)) is not None
+            for word in (action.option_strings[0], str(value))]
+
+
 def _search_in_workers(args: argparse.Namespace, tool: str, kwargs: dict[str, Any], mode: str) -> dict[str, Any]:
     """One search of ``run --workers N``: ``tool`` with ``kwargs`` as the same command with ``--workers N`` runs it, on the
     problem and history of ``args``. A worker that failed (its own line says why) fails the main job."""
-    argv = ["--workspace", args.workspace, "--outage-s", str(args.outage_s), "--objective", args.objective,
-            "--timeout-s", str(args.timeout_s), "--repeats", str(args.objective_repeats),
-            *(["--history", args.history] if args.history is not None else []),
-            *(["--space", args.space] if args.space is not None else []), tool]
+    argv = [*_problem_argv(args), tool]
     for name, value in kwargs.items():
         if value is not None:
             argv += [f"--{name.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
