@@ -510,18 +510,20 @@ def space_from_tune_params(params: Any, keys: Any = None, name: str = "cache", s
     return make_space(name, [make_knob(k, params[k], source) for k in keys], [], source)
 
 
-def read_json(path: str | Path, what: str, completed: Callable[[str], str] | None = None) -> Any:
+def read_json(path: str | Path, what: str, completed: Callable[[str], str] | None = None, shown: str | None = None) -> Any:
     """JSON of a file (``.gz`` decompressed; at most ``MAX_JSON_BYTES`` of text); :class:`SpaceError` naming the file
-    on any failure. ``completed``: for a text that is not JSON, the text a writer that stopped part-way would have
-    finished it with (tried once)."""
+    on any failure: where it cannot be opened, by ``shown`` or the path as given (so that a typo in a folder shows),
+    otherwise by its name. ``completed``: for a text that is not JSON, the text a writer that stopped part-way would
+    have finished it with (tried once)."""
     path = Path(path)
+    shown = str(path) if shown is None else shown
     try:
         with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as file:
             raw = file.read(MAX_JSON_BYTES + 1)                         # a compressed file can hide any size: read no further
     except FileNotFoundError:
-        raise SpaceError(f"{what} {path.name!r} does not exist") from None
+        raise SpaceError(f"{what} {shown!r} does not exist") from None
     except (OSError, EOFError, zlib.error) as exc:
-        raise SpaceError(f"{what} {path.name!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
+        raise SpaceError(f"{what} {shown!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
     if len(raw) > MAX_JSON_BYTES:
         raise SpaceError(f"{what} {path.name!r} holds more than {MAX_JSON_BYTES >> 20} MiB of JSON"
                          f"{' once decompressed' if path.suffix == '.gz' else ''}, the most a file may hold")
@@ -619,7 +621,7 @@ def load_profile(name: str, space: Space, *folders: Path | None) -> Profile:
     if path is None or not path.resolve().is_relative_to(path.parent.resolve()):
         raise ProfileError(f"unknown profile {name!r}; known profiles: {known()}")
     try:
-        data = read_json(path, "profile")
+        data = read_json(path, "profile", shown=path.name)
     except SpaceError as exc:
         raise ProfileError(str(exc)) from None
     knobs = data.get("knobs") if isinstance(data, dict) else None

@@ -278,6 +278,18 @@ def test_bad_caches_exit_2_with_one_line_and_write_nothing(tmp_path, content, fr
     assert sorted(p.name for p in tmp_path.iterdir()) == before
 
 
+@pytest.mark.parametrize(("option", "what"), [("--objective=cache:{}", "cache file"), ("--space={}", "space file")])
+def test_a_file_that_cannot_be_opened_is_named_by_the_path_as_given(tmp_path, option, what):
+    """Where a file is missing or is a folder, the error shows the path the user typed: its name alone hid a typo
+    in a folder (``cache:../shraed/gemm.json.gz`` said ``'gemm.json.gz' does not exist``)."""
+    cache = toy_cache(tmp_path, {(32, 1): 1.0})
+    (tmp_path / "sub").mkdir()
+    for given, why in [("sub/nowhere/toy.json.gz", "does not exist"), (str(tmp_path / "sub"), "cannot be read: Is a directory")]:
+        other = ["--space", cache.name] if what == "cache file" else ["--objective", f"cache:{cache.name}"]
+        out = _cli(*other, option.format(given), "search_plans", "--max-evals", "5", cwd=tmp_path)
+        assert out.returncode == 2 and out.stderr.endswith(f"error: {what} {given!r} {why}\n"), out.stderr
+
+
 @pytest.mark.parametrize("command", [("search_plans", "--max-evals", "5"), ("local_neighborhood_search",), ("run", "--time-s", "5"),
                                      ("bounded_exhaustive_search", "--profile", "all"), ("search_plans", "--workers", "3")])
 def test_a_space_whose_restrictions_allow_nothing_exits_2_naming_them_and_writes_nothing(tmp_path, command):
