@@ -253,7 +253,8 @@ def outlasting_outages(method: F) -> F:
                 words = first_line(exc.orig or exc)[:300]
                 pause = min(2 * pause, 2.0) if pause else 0.05
                 if time.monotonic() + pause > started + history.outage_s:
-                    raise HistoryError(f"the history {_safe(history.url)} kept failing for {history.outage_s:g} s ({words}); what was "
+                    failing_s = max(int(time.monotonic() - started), history.outage_s)   # a try (a busy wait) may outlast it
+                    raise HistoryError(f"the history {_safe(history.url)} kept failing for {failing_s:g} s ({words}); what was "
                                        "saved before stays, and the same command resumes the search") from None
                 if pause == 0.05:
                     say(f"the history {_safe(history.url)} failed ({words}); trying again for up to {history.outage_s:g} s")

@@ -15,7 +15,7 @@ import optuna
 import pytest
 from conftest import ROOT, reading
 
-from tuner.history import History, HistoryUnavailable, Row, TrialRecord, resolve_url, shown_url
+from tuner.history import History, HistoryError, HistoryUnavailable, Row, TrialRecord, outlasting_outages, resolve_url, shown_url
 from tuner.plan import SPACE, encode, plan_hash
 from tuner.space import space_from_tune_params
 
@@ -307,3 +307,33 @@ def test_an_error_as_a_connection_is_returned_is_one_line_and_an_interruption_no
     out = subprocess.run([sys.executable, str(script), f"sqlite:///{tmp_path / 'history.db'}"], capture_output=True, text=True,
                          cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, timeout=120)
     assert (out.returncode, out.stdout, out.stderr) == (0, stdout, stderr)
+
+
+def test_a_history_that_kept_failing_says_how_long_it_waited_when_one_try_outlasted_the_window(tmp_path):
+    """A SQLite file that another process holds locked makes each try wait its busy timeout, longer than the outage
+    window: the error says the time waited (it said the window, "30 s", after a busy wait of 60 s)."""
+    import sqlalchemy
+
+    file = tmp_path / "history.db"
+
+    class Writer:
+        """Writes through an engine whose busy wait (1.5 s) outlasts its history's outage window (0.1 s)."""
+
+        def __init__(self) -> None:
+            self.history = History(f"sqlite:///{file}", outage_s=0.1)
+            self.engine = sqlalchemy.create_engine(f"sqlite:///{file}", connect_args={"timeout": 1.5})
+
+        @outlasting_outages
+        def write(self) -> None:
+            with self.engine.begin() as connection:
+                connection.exec_driver_sql("INSERT INTO tuner_sweeps (study_name) VALUES ('s')")
+
+    writer = Writer()
+    holder = sqlite3.connect(file, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")                       # a writer stopped inside its transaction
+    with pytest.raises(HistoryError, match=r"kept failing for \d+ s \(database is locked\)") as raised:
+        writer.write()
+    assert int(str(raised.value).split("kept failing for ")[1].split(" s")[0]) >= 1, raised.value
+    holder.close()
+    writer.engine.dispose()
+    writer.history.close()
