@@ -182,7 +182,7 @@ COMMANDS: dict[str, Command] = {
         p.add_argument("--name", required=True, metavar="NAME", help="fixture name: letters, digits, '_', '-', '.'"),
         _plan_arg(p), p.add_argument("--note", default="", metavar="TEXT", help="provenance note"),
         p.add_argument("--overwrite", action="store_true", help="replace an existing fixture (a backup is kept)")),
-        "write a new fixtures/NAME.json"),
+        "write a new fixtures/NAME.json (a plan that runs correct in both modes)"),
     "compare_history": (service.compare_history, lambda p: _limit_arg(p, 10, "rows"),
                         "the current plan beside fixtures and the best of every study"),
     "rank_experiments": (service.rank_experiments, lambda p: None,

@@ -44,15 +44,23 @@ def measure(objective: Objective, plan: Config, repeats: int = 1, modes: list[st
     return out
 
 
+def unverified(metrics: dict[str, dict[str, Any]]) -> list[str]:
+    """Why a plan's metrics (per mode, :func:`measure`) do not verify it: a mode it cannot run in, or one it is not
+    correct in; empty when it runs correct in every mode."""
+    infeasible = [m for m in metrics if metrics[m]["best_cycles"] is None]
+    if infeasible:
+        why = metrics[infeasible[0]].get("reason")
+        return [f"infeasible ({', '.join(infeasible)})" + (f": {why}" if why else "")]
+    return [f"not correct in {m} mode (max_abs {metrics[m]['max_abs']})" for m in metrics if not metrics[m]["correct"]]
+
+
 def verdict(candidate: dict[str, dict[str, Any]], current: dict[str, dict[str, Any]]) -> tuple[bool, list[str]]:
     """Whether ``candidate`` may replace ``current`` (metrics per mode, the search's mode first), and the
     reasons when it may not."""
     modes = list(candidate)
-    infeasible = [m for m in modes if candidate[m]["best_cycles"] is None]
-    if infeasible:
-        why = candidate[infeasible[0]].get("reason")
-        return False, [f"infeasible ({', '.join(infeasible)})" + (f": {why}" if why else "")]
-    reasons = [f"not correct in {m} mode (max_abs {candidate[m]['max_abs']})" for m in modes if not candidate[m]["correct"]]
+    reasons = unverified(candidate)
+    if any(candidate[m]["best_cycles"] is None for m in modes):
+        return False, reasons
     first, before = candidate[modes[0]]["best_cycles"], current[modes[0]]["best_cycles"]
     if before is not None and first >= before:
         reasons.append(f"does not improve {modes[0]} ({first} >= {before})")

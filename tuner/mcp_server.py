@@ -293,7 +293,8 @@ def build(workspace: Path, history: str | None = None, outage_s: float | None = 
         overwrite: Annotated[StrictBool, Field(description="replace an existing fixture (its backup is kept); default false")] = False,
     ) -> R.ExportResult:
         """Write a new fixtures/NAME.json with the plan, its metrics in both modes and its provenance, to seed the next attempt.
-        An existing fixture is replaced only with overwrite=true, keeping a backup."""
+        A plan that does not run correct in both modes is an error. An existing fixture is replaced only with overwrite=true,
+        keeping a backup."""
         return await server.call(ctx, "export_candidate_fixture", name=name, plan=plan, note=note, overwrite=overwrite)
 
     @tool

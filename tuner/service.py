@@ -663,7 +663,8 @@ def rollback(ctx: Context, backup: str | None = None, dry_run: bool = False) -> 
 def export_candidate_fixture(ctx: Context, name: str, plan: str | dict[str, Any] | None = None, note: str = "",
                              overwrite: bool = False) -> dict[str, Any]:
     """Write a new ``fixtures/NAME.json``: the plan, its metrics in both modes and where it came from
-    (replacing an existing fixture needs ``overwrite``, and keeps a backup)."""
+    (replacing an existing fixture needs ``overwrite``, and keeps a backup). A fixture seeds the next attempt, so a
+    plan that does not run correct in every mode is refused (:class:`ServiceError`), and nothing is written."""
     ctx.tensor_plan_only("export_candidate_fixture")
     check_name(name, "fixture")
     if not isinstance(overwrite, bool):
@@ -671,6 +672,9 @@ def export_candidate_fixture(ctx: Context, name: str, plan: str | dict[str, Any]
     resolved, label = _plan(ctx, plan)
     relative = f"fixtures/{name}.json"
     fixture = _fixture_object(ctx, name, resolved, label, note)
+    if reasons := gate.unverified(fixture["metrics"]):
+        raise ServiceError(f"{label} cannot seed an attempt: {'; '.join(reasons)}; only a plan that runs correct in every "
+                           "mode is exported")
     backup = ctx.workspace.write("fixture", relative, json.dumps(fixture, indent=2) + "\n", replace=overwrite)
     return {"fixture": name, "path": relative, "backup": backup, "metrics": fixture["metrics"]}
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 
 import numpy as np
@@ -184,6 +185,21 @@ def test_export_fixture_and_record_result(ctx, workspace):
     final = service.run_objective(ctx, "final")["best_cycles"]
     assert written["metrics"]["best_cycles"] == written["metrics"]["score"] == final
     assert written["used_harness_tools"] == ["run_objective", "trace_summary", "search_plans"]
+
+
+@pytest.mark.parametrize(("changes", "why"), [
+    ({"accum": "sequential", "softmax": "approx_poly"}, "not correct in final mode (max_abs 0.000336675)"),
+    ({"block_m": 128, "block_n": 192, "scratchpad_kb": 48}, "infeasible (final): scratchpad footprint 56.0 KB exceeds scratchpad_kb=48"),
+])
+def test_a_plan_that_does_not_run_correct_in_every_mode_is_not_exported(ctx, workspace, baseline, changes, why):
+    """A fixture seeds the next attempt: a plan incorrect in final mode (approx_poly with sequential accumulation, the
+    seed's known trap) or one that cannot run there was written as a fixture like any other."""
+    (workspace / "candidate.json").write_text(json.dumps({**baseline, **changes}))
+    before = sorted(p.name for p in (workspace / "fixtures").iterdir())
+    with pytest.raises(service.ServiceError, match=rf"^candidate\.json cannot seed an attempt: {re.escape(why)}.*only a plan that runs "
+                                                   "correct in every mode is exported$"):
+        service.export_candidate_fixture(ctx, "next_seed", "candidate.json")
+    assert sorted(p.name for p in (workspace / "fixtures").iterdir()) == before and not gate.backups(ctx.workspace)
 
 
 def test_a_fixture_made_meanwhile_by_another_export_is_not_replaced(ctx, workspace, monkeypatch):
