@@ -211,11 +211,14 @@ class TrialRecord:
 
 
 def resolve_url(target: str | Path | None) -> str:
-    """SQLAlchemy URL of ``target``: a URL as is, a path as a SQLite file (default ``studies/history.db``), SQLite's
-    ``:memory:`` as the in-memory database it names."""
+    """SQLAlchemy URL of ``target``: a URL as is (``postgres://``, libpq's other name that managed services write, as
+    ``postgresql://``), a path as a SQLite file (default ``studies/history.db``), SQLite's ``:memory:`` as the
+    in-memory database it names."""
     if target is None:
         target = DEFAULT_PATH
     text = str(target)
+    if text.startswith(("postgres://", "postgres+")):
+        return "postgresql" + text.removeprefix("postgres")
     if "://" in text:
         return text
     if text == ":memory:":

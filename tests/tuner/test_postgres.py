@@ -51,6 +51,19 @@ def test_a_run_killed_at_a_time_limit_is_replaced_by_its_measurement_on_postgres
     history.close()
 
 
+def test_a_postgres_url_as_managed_services_write_it_names_the_same_history(postgres_url, tmp_path):
+    """``postgres://`` is libpq's other name for the scheme (a managed service's DATABASE_URL); SQLAlchemy knows
+    no dialect of that name, so the command ended with "Can't load plugin: sqlalchemy.dialects:postgres"."""
+    cache = toy_cache(tmp_path, {(32, 1): 1.0, (64, 1): 0.5})
+    for url in (postgres_url.replace("postgresql+psycopg://", "postgres://"), postgres_url.replace("postgresql+", "postgres+")):
+        out = subprocess.run([sys.executable, "-m", "tuner", "--objective", f"cache:{cache}", "--history", url, "--json",
+                              "search_plans", "--max-evals", "2"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        history = History(postgres_url)
+        assert history.trials(json.loads(out.stdout)["study"]), "the search's trials are in the history the URL names"
+        history.close()
+
+
 def test_four_processes_share_one_postgres_history(postgres_url, workspace):
     command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", postgres_url, "--json",
                "search_plans", "--strategy", "quick", "--seed", "7", "--max-evals", "120"]
