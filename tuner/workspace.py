@@ -48,18 +48,18 @@ class WorkspaceError(ValueError):
     """A path, name or reference the workspace refuses (the message says why)."""
 
 
-def shortened(text: str, limit: int = 60) -> str:
-    """``text``, or past ``limit`` characters its start and its end (where a path names its file) with its length:
-    error messages never echo a huge argument."""
+def shortened(text: str, limit: int = 60, length: int | None = None) -> str:
+    """``text``, or past ``limit`` characters its start and its end (where a path names its file) with its length
+    (``length``: the length of what ``text`` shows, when not its own): error messages never echo a huge argument."""
     if len(text) <= limit:
         return text
     head = limit * 2 // 5
-    return f"{text[:head]}...{text[head - limit:]} ({len(text)} characters)"
+    return f"{text[:head]}...{text[head - limit:]} ({len(text) if length is None else length} characters)"
 
 
 def quoted(value: object, limit: int = 60) -> str:
-    """``repr`` of ``value``, :func:`shortened`."""
-    return shortened(repr(value), limit)
+    """``repr`` of ``value``, :func:`shortened`; a string's length is its own, not its quoted form's."""
+    return shortened(repr(value), limit, len(value) if isinstance(value, str) else None)
 
 
 @dataclass(frozen=True)

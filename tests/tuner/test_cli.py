@@ -56,6 +56,7 @@ def test_json_output_of_read_only_commands(workspace):
     (("search_plans", "--max-evals", "-5"), "positive integer"),
     (("apply_candidate", "--plan", "tensor_plan_attempt1_best", "--dry-run", "maybe"), "expected true or false"),
     (("export_candidate_fixture", "--name", "../escape"), "not allowed"),
+    (("export_candidate_fixture", "--name", "n" * 300), "'nnnnnnnnnnnnnnnnnnnnnnn...nnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnnn' (300 characters)"),
     (("export_candidate_fixture", "--name", "baseline_row_major"), "replacing it needs overwrite=true (--overwrite on the command line"),
     (("report", "--out", "elsewhere.html"), "an output write may not touch 'elsewhere.html'"),
     (("mcp",), "tuner mcp: error: the following arguments are required: install"),          # not argparse's dest
