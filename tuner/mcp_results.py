@@ -274,7 +274,7 @@ class Ranked(Strict):
     plan_hash: str
     dev: Cycles
     final: Cycles
-    scored: int = Field(description="the study's evaluations that have a value (failed ones are not counted)")
+    evaluations: int = Field(description="the study's evaluations, failed ones included, as its search counted them")
 
 
 class RankResult(Strict):

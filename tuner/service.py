@@ -565,7 +565,8 @@ def resume_search_history(ctx: Context, limit: int = 5) -> dict[str, Any]:
 def _study_bests(ctx: Context, per_study: int = 5) -> list[dict[str, Any]]:
     """The best verified configuration of every study of this objective that has one: among each study's
     ``per_study`` best trials, the one correct in every mode with the best authority value (then the search's
-    mode, then the hash). Reads one query for the studies and the cache for the values, whatever their size."""
+    mode, then the hash), with its evaluations as its search counted them. Reads one query for the studies, one for
+    their sweep records and the cache for the values, whatever their size."""
     first, last = _first_last(ctx)
     modes, space = ctx.objective.modes, ctx.objective.space
     tops = ctx.history.study_tops(ctx.objective.name, per_study)
@@ -574,13 +575,14 @@ def _study_bests(ctx: Context, per_study: int = 5) -> list[dict[str, Any]]:
         return []
     idx = np.stack([r.idx for r in rows.values()])
     scored = {m: ctx.history.scored(ctx.objective, m, idx) for m in modes}
+    evaluations = {s["study_name"]: s["evaluations"] for s in ctx.history.sweeps()}   # a sweep's members: each range's best
     out = []
     for study, (count, hashes) in tops.items():
         verified = [h for h in hashes if h in rows and all(scored[m][h].correct and scored[m][h].cycles is not None for m in modes)]
         if verified:
             best = min(verified, key=lambda h: (scored[last][h].cycles, scored[first][h].cycles, h))
             out.append({"study": study, "plan_hash": best, "plan": space.decode(rows[best].idx),
-                        **{m: number(scored[m][best].cycles) for m in modes}, "scored": count})
+                        **{m: number(scored[m][best].cycles) for m in modes}, "evaluations": evaluations.get(study, count)})
     return out
 
 

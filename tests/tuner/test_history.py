@@ -224,11 +224,16 @@ def test_one_query_reads_agree_with_optuna_and_the_tools_write_nothing(workspace
     for seed in (1, 2):
         service.search_plans(ctx, "quick", max_evals=60, seed=seed)
     service.local_neighborhood_search(ctx, fixture="tensor_plan_attempt1_best", max_evals=40, include_final=False)
+    seed = json.loads((workspace / "fixtures" / "tensor_plan_iteration2_neighborhood_best.json").read_text())["plan"]
+    tiny = {k: [v] for k, v in seed.items()} | {"block_m": [48, 64], "num_warps": [4, 6], "dma_stages": [2, 3]}
+    (workspace / "studies" / "tiny.json").write_text(json.dumps({"knobs": tiny}))
+    service.bounded_exhaustive_search(ctx, "tiny", include_final=False)           # 8 plans, one range: one member
     history, objective = ctx.history, ctx.objective.name
     names = history.study_names()
-    assert len(names) == 3 and set(names) == {s["study_name"] for s in history.sweeps()}
+    sweeps = {s["study_name"]: s for s in history.sweeps()}
+    assert len(names) == 4 and set(names) == set(sweeps)
     tops = history.study_tops(objective, 5)
-    for name in names:
+    for name in [n for n in names if sweeps[n]["strategy"] != "exhaustive"]:
         trials = history.trials(name)
         assert history.outcomes(name) == [(t.user_attrs["plan_hash"], t.value) for t in trials]
         scored = sorted((t.value, t.user_attrs["plan_hash"]) for t in trials if t.value is not None)
@@ -242,7 +247,8 @@ def test_one_query_reads_agree_with_optuna_and_the_tools_write_nothing(workspace
     assert "optimum" not in ranks and not any("of_optimum" in r for r in ranking)     # the tensor plan's best is not known
     assert database.read_bytes() == before and {r["study"] for r in ranking} <= set(names)
     finals = [r["final"] for r in ranking]
-    assert finals == sorted(finals) and all(r["scored"] == tops[r["study"]][0] for r in ranking)
+    assert finals == sorted(finals) and all(r["evaluations"] == sweeps[r["study"]]["evaluations"] for r in ranking)
+    assert [r["evaluations"] for r in ranking if r["study"].startswith("exhaustive:")] == [8]     # not its 1 member
 
 
 def test_a_database_of_another_tools_optuna_studies_reads_as_an_empty_history_and_is_left_as_it_was(workspace):
