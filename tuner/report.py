@@ -25,17 +25,24 @@ MARGINAL_SAMPLE = 20000         # evaluations the per-knob marginals summarise (
 
 
 def convergence_info(history: History, objective: str) -> list[dict[str, Any]]:
-    """Per study of ``objective``: best-so-far value against the trial count (infeasible trials count, change nothing)."""
+    """Per study of ``objective``: best-so-far value against the evaluation count (infeasible ones count, change
+    nothing). An ``exhaustive`` sweep keeps only its finalists, not the order it scored its plans in: it is one point,
+    its best after all of its evaluations (``sweep``)."""
+    sweeps = {s["study_name"]: s for s in history.sweeps()}
     out = []
     for name in history.study_names():
         if not name.endswith(objective):
             continue
         values = np.array([v if v is not None else np.inf for _, v in history.outcomes(name)])
-        if len(values) and np.isfinite(values).any():
-            best = np.minimum.accumulate(values)
-            keep = np.isfinite(best)
-            out.append({"study": name.removesuffix(f"@{objective}"), "evaluations": (np.flatnonzero(keep) + 1).tolist(),
-                        "best": best[keep].tolist()})
+        if not np.isfinite(values).any():
+            continue
+        study = name.removesuffix(f"@{objective}")
+        if name in sweeps and sweeps[name]["strategy"] == "exhaustive":
+            out.append({"study": study, "evaluations": [sweeps[name]["evaluations"]], "best": [float(values.min())], "sweep": True})
+            continue
+        best = np.minimum.accumulate(values)
+        keep = np.isfinite(best)
+        out.append({"study": study, "evaluations": (np.flatnonzero(keep) + 1).tolist(), "best": best[keep].tolist()})
     return out
 
 
@@ -127,16 +134,23 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
 
     figures: list[tuple[str, go.Figure]] = []
     if info.get("convergence"):
-        fig = go.Figure([go.Scatter(x=s["evaluations"], y=s["best"], mode="lines", name=s["study"], line_shape="hv")
-                         for s in info["convergence"]])
-        drawn = [v for s in info["convergence"] for v in s["best"]] + ([optimum] if optimum is not None else [])
+        studies = info["convergence"]
+        fig = go.Figure([go.Scatter(x=s["evaluations"], y=s["best"], mode="markers", marker={"size": 10, "symbol": "diamond"},
+                                    name=f"{s['study']} (its best after {s['evaluations'][0]:,} evaluations)")
+                         if s.get("sweep") else
+                         go.Scatter(x=s["evaluations"], y=s["best"], mode="lines", name=s["study"], line_shape="hv")
+                         for s in studies])
+        drawn = [v for s in studies for v in s["best"]] + ([optimum] if optimum is not None else [])
         fig.update_layout(xaxis_title="evaluations", yaxis_title=f"best so far ({unit}, lower is better)", yaxis_type="log")
         fig.update_yaxes(**log_ticks(drawn))
+        if any(s.get("sweep") for s in studies):        # a sweep's millions beside a search's hundreds
+            fig.update_xaxes(type="log", **log_ticks([1] + [x for s in studies for x in s["evaluations"]]))
         if optimum is not None:                 # a trace, not a shape: a shape's label on a log axis is placed in log units
             last = max(s["evaluations"][-1] for s in info["convergence"])
             fig.add_trace(go.Scatter(x=[1, last], y=[optimum, optimum], mode="lines", line={"dash": "dash", "color": "black"},
                                      name=f"the cache's optimum, {optimum:g} {unit}"))
-        figures.append(("Convergence of every study (its trials in order; a sweep keeps only its finalists)", fig))
+        figures.append(("Convergence of every study (its evaluations in order; a sweep of a profile: its best after all of them)",
+                        fig))
     if info.get("importance"):
         knobs = list(info["importance"])[::-1]
         fig = go.Figure(go.Bar(x=[info["importance"][k] for k in knobs], y=knobs, orientation="h"))

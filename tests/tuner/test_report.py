@@ -35,6 +35,14 @@ def test_figure_data_is_built_without_plotly(searched):
     for study in convergence:
         assert len(study["evaluations"]) == len(study["best"]) and np.all(np.diff(study["best"]) <= 0)
         assert np.all(np.diff(study["evaluations"]) > 0)
+    # the sweep's study holds its finalists only, best first: one point at the 3,000 plans it scored, not a line that
+    # reached its best at the first of its "evaluations"
+    sweep = [s for s in convergence if s["study"].startswith("exhaustive:")]
+    finalists = [v for _, v in ctx.history.outcomes(f"{sweep[0]['study']}@{name}") if v is not None]
+    assert sweep == [{"study": sweep[0]["study"], "evaluations": [3000], "best": [min(finalists)], "sweep": True}]
+    drawn = report.figures({"convergence": convergence}, "cycles")[0][1]
+    assert [(t.mode, list(t.x)) for t in drawn.data if t.name.startswith("exhaustive:")] == [("markers", [3000])]
+    assert drawn.layout.xaxis.type == "log" and sorted(len(s["evaluations"]) for s in convergence)[-1] > 1
     importance = report.importance_info(ctx.history, name, "dev", SPACE)
     assert importance and set(importance) <= set(SPACE.names) and abs(sum(importance.values()) - 1) < 1e-6
     assert importance == report.importance_info(ctx.history, name, "dev", SPACE)            # the same every time
