@@ -246,9 +246,11 @@ class Worker:
 
     @outlasting_outages
     def complete_range(self, start: int, best: list[dict[str, Any]]) -> None:
-        """Range ``start`` is scored: its best plans are its result."""
+        """Range ``start`` is scored: its best plans are its result, unless another worker's already are (this one was
+        stopped past the heartbeat timeout, and its range redone)."""
         with self.history.begin() as connection:
-            connection.execute(CLAIMS.update().where(and_(CLAIMS.c.study_name == self.study_name, CLAIMS.c.item == _range(start)))
+            connection.execute(CLAIMS.update().where(and_(CLAIMS.c.study_name == self.study_name, CLAIMS.c.item == _range(start),
+                                                          CLAIMS.c.state == "claimed"))
                                .values(state="done", result=json.dumps(best)))
 
     @outlasting_outages

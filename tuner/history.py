@@ -702,6 +702,9 @@ class History:
                members: list[tuple[str, float | None]]) -> None:
         if study_id is not None:                   # one writer per study at a time: contiguous numbers, one sweep record
             name = connection.execute(select(_STUDIES.c.study_name).where(_STUDIES.c.study_id == study_id).with_for_update()).scalar_one()
+            if recorded := self._recorded(connection, name, members):
+                members = [m for m in members if m[0] not in recorded]
+                trials = [t for t in trials if space is None or space.hash_idx(t.idx) not in recorded]
             if members:
                 last = connection.execute(select(func.max(MEMBERS.c.seq)).where(MEMBERS.c.study_name == name)).scalar_one()
                 start = 0 if last is None else last + 1          # the primary key's last entry: no count of the whole study
@@ -724,6 +727,16 @@ class History:
             self._insert_trials(connection, study_id, trials, space)
         if sweep is not None:
             put_sweep(connection, sweep)
+
+    @staticmethod
+    def _recorded(connection: Any, name: str, members: list[tuple[str, float | None]]) -> set[str]:
+        """The plans of ``members`` that study ``name`` has recorded already: their claims are done. A worker that
+        was stopped (suspended, paused) past the heartbeat timeout finds on waking that another redid its plans, and
+        each is recorded once."""
+        items = sorted({f"plan:{h}" for h, _ in members})
+        return {item.removeprefix("plan:") for condition in in_chunks(CLAIMS.c.item, items)
+                for item in connection.execute(select(CLAIMS.c.item).where(CLAIMS.c.study_name == name, CLAIMS.c.state == "done",
+                                                                            condition)).scalars()}
 
     def study_lock(self, connection: Any, name: str) -> bool:
         """Lock study ``name``'s row until the transaction ends (PostgreSQL; SQLite's writes are serial anyway);

@@ -17,12 +17,12 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, until
 from sqlalchemy import text
 
 from tuner import BLAS_THREADS
 from tuner.claims import Worker, audit
-from tuner.history import OUTAGE_S, WORKERS, History, Row
+from tuner.history import OUTAGE_S, WORKERS, History, Row, TrialRecord
 from tuner.plan import SPACE
 from tuner.workers import WorkersError, combine, slot_environments
 
@@ -94,6 +94,68 @@ def test_a_killed_worker_on_this_machine_is_dead_at_once(tmp_path):
     assert worker.unfinished() == ([[0, 1]], 0)             # no heartbeat timeout to wait for: its pid is gone
     assert worker.claim([("plan:x", 1, [0, 1])], budget=10).granted == ["plan:x"]
     worker.leave()
+
+
+STOPPED_WORKER = """
+import sys
+import numpy as np
+from tuner.claims import Worker
+from tuner.history import History, Row, TrialRecord
+from tuner.plan import SPACE
+
+h = History(sys.argv[1])
+study = h.study("s")
+w = Worker(h, "s", {"strategy": "quick", "objective": "obj", "mode": "dev", "target": "space"})
+idx = np.zeros(len(SPACE.knobs), dtype=np.int16)
+w.claim([("plan:" + SPACE.hash_idx(idx), 1, idx.tolist())], budget=10)
+print("claimed", flush=True)
+sys.stdin.readline()                                        # its benchmark run, during which it is stopped
+h.write("obj", "dev", [Row(SPACE.hash_idx(idx), 7.0, True, 0.0, idx)], study._study_id, [TrialRecord(idx, 7.0, {})],
+        space=SPACE, members=[(SPACE.hash_idx(idx), 7.0)])
+w.leave()
+print("written", flush=True)
+"""
+
+
+def test_a_worker_stopped_past_the_heartbeat_timeout_does_not_record_again_what_another_redid(tmp_path):
+    """A worker stopped (Ctrl-Z, a scheduler's suspend, a paused VM) for longer than the heartbeat timeout is taken for
+    dead: another redoes its plan. Woken, it finishes its run and writes its result too; the study recorded the plan
+    twice (2 members and 2 trials of 1 plan: measured with 2 workers, one stopped for 75 s, 42 members of 40 plans)."""
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    child = subprocess.Popen([sys.executable, "-c", STOPPED_WORKER, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True,
+                             cwd=ROOT)
+    assert child.stdout.readline().strip() == "claimed"
+    child.send_signal(signal.SIGSTOP)                       # its heartbeat stops with it
+    history = History(url)
+    taker = _worker(history)
+    taker.stale_s = 0.5                                     # (2 x the outage window in use: 60 s)
+    assert until(lambda: taker.unfinished()[0] == [[0] * len(SPACE.knobs)], child, limit_s=60)
+    idx = np.zeros(len(SPACE.knobs), dtype=np.int16)
+    plan = "plan:" + SPACE.hash_idx(idx)
+    assert taker.claim([(plan, 1, idx.tolist())], budget=10).granted == [plan]
+    history.write("obj", "dev", [Row(SPACE.hash_idx(idx), 6.0, True, 0.0, idx)], history.study("s")._study_id,
+                  [TrialRecord(idx, 6.0, {})], space=SPACE, members=[(SPACE.hash_idx(idx), 6.0)])
+    child.send_signal(signal.SIGCONT)
+    out, _ = child.communicate("\n", timeout=120)
+    assert child.returncode == 0 and out.strip() == "written"
+    assert audit(history, "s") | {"members": 1, "distinct_members": 1} == audit(history, "s")
+    assert [t.value for t in history.trials("s")] == [6.0] and history.outcomes("s") == [(SPACE.hash_idx(idx), 6.0)]
+    taker.leave()
+    history.close()
+
+
+def test_a_range_redone_for_a_stopped_worker_keeps_the_first_result(tmp_path):
+    """As above for a range of a profile: the stopped worker's result, written last, replaced the one recorded."""
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    stopped, taker = _worker(history), _worker(history)
+    assert stopped.claim_range(100, 10) == (0, 10)
+    stopped.leave()                                         # gone from the study: its range is free, as a dead worker's
+    assert taker.claim_range(100, 10) == (0, 10)
+    taker.complete_range(0, [{"idx": [1], "cycles": 6.0, "at": 3}])
+    stopped.complete_range(0, [{"idx": [2], "cycles": 7.0, "at": 4}])
+    assert taker.range_results() == [{"idx": [1], "cycles": 6.0, "at": 3}]
+    taker.leave()
+    history.close()
 
 
 def test_the_heartbeat_keeps_the_worker_alive(tmp_path):
