@@ -26,7 +26,7 @@ from itertools import islice
 import numpy as np
 
 from tuner.search import Outcome, Search
-from tuner.space import Space
+from tuner.space import WHOLE_SPACE, Space, load_profile
 from tuner.strategies.checkpoint import climb
 from tuner.strategies.parzen import STARTUP_TRIALS, Parzen, gamma
 
@@ -37,6 +37,8 @@ ENDGAME = 0.1                      # share of the budget kept for the last climb
 STARTS = 3                         # basins polished after each exploration share
 WINDOW = 300                       # trials TPE holds at most (its cost per ask grows with them)
 DESIGN_TRIES = 50                  # redraws of a design row that the cheap feasibility check rules out
+CROWDED = 16                       # random proposals in a row that were scored before: the space is nearly all scored
+LISTED = 1 << 20                   # configurations of a space small enough to list what is left of it
 
 
 def design(space: Space, count: int, rng: np.random.Generator) -> np.ndarray:
@@ -67,6 +69,8 @@ class _Tpe:
     def __init__(self, search: Search) -> None:
         self.search, self.told, self.cursor, self.stalled = search, set[str](), 0, 0
         self.parzen = Parzen(search.space, search.seed + search.evaluations)
+        self.left: np.ndarray | None = None                 # per configuration of a listed space: allowed and not scored
+        self.left_cursor = 0
 
     def tell_seen(self) -> None:
         """Tell TPE what the search scored that it has not been told (climbs, earlier runs)."""
@@ -89,7 +93,21 @@ class _Tpe:
         self.parzen.forget()                                                # keeps at most half the window: a cut's
         self._add(list(dict.fromkeys(ranked + recent[-WINDOW // 4:])))     # cost is spread over half a window of asks
 
-    def propose(self) -> None:
+    def _left(self) -> np.ndarray | None:
+        """Per configuration of the space (in :meth:`Profile.plans` order): whether the cheap check allows it and the
+        search has not scored it; ``None`` for a space of more than ``LISTED`` configurations."""
+        space, seen = self.search.space, self.search.seen
+        if space.size > LISTED:
+            return None
+        if self.left is None:
+            self.left = self.search.objective.feasible(load_profile(WHOLE_SPACE, space).plans(0, space.size))
+        new = [self.search.cache[h].idx for h in islice(seen, self.left_cursor, None)]
+        self.left_cursor = len(seen)
+        if new:
+            self.left[np.ravel_multi_index(np.stack(new, axis=1), space.sizes)] = False
+        return self.left
+
+    def propose(self) -> bool:
         """Ask TPE for one configuration, score it and tell the result, even when the search had scored it
         before: a repeated proposal weighs its configuration once more, which sharpens TPE around it.
 
@@ -97,12 +115,18 @@ class _Tpe:
         of one configuration it would propose that one again and again, an ask each time and no evaluation.
         So after a proposal that was not new, the next is the best of TPE's candidates that the search has
         not scored; when every candidate was scored, or as many proposals in a row as that density holds
-        were not new, proposals are uniform at random (TPE's prior) until one is new."""
+        were not new, proposals are uniform at random (TPE's prior) until one is new. Where ``CROWDED`` of those
+        in a row were not new either and the space is small enough to list, the proposal is drawn among the
+        configurations left. False, proposing nothing, once the search has scored every one the space allows."""
         search, patience, idx = self.search, gamma(WINDOW), None
         if 0 < self.stalled < patience:
             idx = next((row for row in self.parzen.candidates() if search.space.hash_idx(row) not in search.seen), None)
             if idx is None:
                 self.stalled = patience
+        if idx is None and self.stalled >= patience + CROWDED and (left := self._left()) is not None:
+            if not left.any():
+                return False
+            idx = np.array(np.unravel_index(self.parzen.rng.choice(np.flatnonzero(left)), search.space.sizes), dtype=np.int16)
         if idx is None:
             idx = self.parzen.ask(at_random=self.stalled >= patience)
             if self.stalled >= patience and search.space.conditions and not search.objective.feasible(idx[None])[0]:
@@ -115,6 +139,7 @@ class _Tpe:
         if h not in search.elsewhere:                               # another worker is scoring it: told once it is synced
             self.parzen.tell(idx, value)
             self._bound()
+        return True
 
 
 def _starts(search: Search, polished: set[str]) -> list[np.ndarray]:
@@ -147,10 +172,11 @@ def _explore_and_polish(search: Search, tpe: _Tpe, polished: set[str], first: in
                 if search.stop_reason():
                     break
             mark = search.evaluations + later
-        else:
-            tpe.propose()
+        elif tpe.propose():
             tpe.tell_seen()
             proposals += 1
+        else:                                           # every configuration the space allows is scored
+            break
 
 
 def run(search: Search) -> Outcome:
