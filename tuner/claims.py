@@ -128,16 +128,24 @@ class Worker:
             dead = [w for w, _ in rows if w not in live]
             if dead:
                 connection.execute(WORKERS.delete().where(WORKERS.c.worker.in_(dead)))
-            connection.execute(WORKERS.insert().values(worker=self.id, study_name=self.study_name, slot=slot, host=self.host,
-                                                       local=self.local, pid=self.pid, heartbeat=self.history.now(connection)))
+            self._register(connection, slot)
             self._count(connection)
         return slot
 
+    def _register(self, connection: Connection, slot: int) -> None:
+        connection.execute(WORKERS.insert().values(worker=self.id, study_name=self.study_name, slot=slot, host=self.host,
+                                                   local=self.local, pid=self.pid, heartbeat=self.history.now(connection)))
+
     def _heartbeat(self) -> None:
+        """Every ``heartbeat_s``: the database's clock as this worker's heartbeat. A worker stopped past the timeout (a
+        suspended job) may have been removed meanwhile by one that joined; woken, it registers again, in its slot."""
         while not self._stop.wait(self.heartbeat_s):
             try:
                 with self.history.begin() as connection:
-                    connection.execute(WORKERS.update().where(WORKERS.c.worker == self.id).values(heartbeat=self.history.now(connection)))
+                    beat = connection.execute(WORKERS.update().where(WORKERS.c.worker == self.id)
+                                              .values(heartbeat=self.history.now(connection)))
+                    if not beat.rowcount:
+                        self._register(connection, self.slot)
             except Exception:                   # a database that is briefly away: the next beat tries again
                 continue
 

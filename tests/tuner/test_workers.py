@@ -176,6 +176,36 @@ def test_the_heartbeat_keeps_the_worker_alive(tmp_path):
         assert connection.execute(text("select count(*) from tuner_workers")).scalar_one() == 0
 
 
+def test_a_worker_removed_while_it_was_stopped_registers_again_when_it_wakes(tmp_path, monkeypatch):
+    """A worker stopped past the heartbeat timeout is removed by the next worker that joins the study. Woken, it went on
+    working unregistered: its claims were any asker's at once, its slot a newcomer's, and its study looked abandoned."""
+    import tuner.claims
+
+    url = f"sqlite:///{tmp_path / 'h.db'}"
+    script = ("import sys; from tuner.history import History; from tuner.claims import Worker\n"
+              "h = History(sys.argv[1]); h.study('s')\n"
+              "w = Worker(h, 's', {'strategy': 'quick', 'objective': 'obj', 'mode': 'dev', 'target': 'space'}, heartbeat_s=0.05)\n"
+              "print(w.slot, flush=True); sys.stdin.readline(); w.leave()")
+    child = subprocess.Popen([sys.executable, "-c", script, url], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, cwd=ROOT)
+    slot = int(child.stdout.readline())
+    history = History(url)
+
+    def registered() -> list[tuple[str, int]]:
+        with history.engine.connect() as connection:
+            return [tuple(row) for row in connection.execute(text("select host, slot from tuner_workers where pid = :p"), {"p": child.pid})]
+
+    child.send_signal(signal.SIGSTOP)
+    monkeypatch.setattr(tuner.claims, "stale_s", lambda _history: -1.0)    # any heartbeat is stale: no timeout to wait for
+    newcomer = _worker(history)                             # finds it silent past the timeout: dead, and removed
+    assert registered() == [] and newcomer.slot == slot
+    child.send_signal(signal.SIGCONT)
+    assert until(lambda: registered() != [], child, limit_s=60), "woken, the worker is registered again"
+    assert [s for _, s in registered()] == [slot]
+    child.communicate("\n", timeout=60)
+    newcomer.leave()
+    history.close()
+
+
 def test_worker_environments_and_combined_results():
     envs = slot_environments(3, ["CUDA_VISIBLE_DEVICES={slot}", "TAG=run-{slot}-x"])
     assert [e["CUDA_VISIBLE_DEVICES"] for e in envs] == ["0", "1", "2"] and envs[2]["TAG"] == "run-2-x"
