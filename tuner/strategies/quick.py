@@ -94,8 +94,9 @@ class _Tpe:
         self._add(list(dict.fromkeys(ranked + recent[-WINDOW // 4:])))     # cost is spread over half a window of asks
 
     def _left(self) -> np.ndarray | None:
-        """Per configuration of the space (in :meth:`Profile.plans` order): whether the cheap check allows it and the
-        search has not scored it; ``None`` for a space of more than ``LISTED`` configurations."""
+        """Per configuration of the space (in :meth:`Profile.plans` order): whether the cheap check allows it, the
+        search has not scored it and no other worker was found scoring it; ``None`` for a space of more than ``LISTED``
+        configurations."""
         space, seen = self.search.space, self.search.seen
         if space.size > LISTED:
             return None
@@ -139,6 +140,8 @@ class _Tpe:
         if h not in search.elsewhere:                               # another worker is scoring it: told once it is synced
             self.parzen.tell(idx, value)
             self._bound()
+        elif self.left is not None:                                 # not left to draw: the study waits for it at its end
+            self.left[np.ravel_multi_index(idx, search.space.sizes)] = False
         return True
 
 
