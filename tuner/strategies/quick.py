@@ -118,7 +118,8 @@ class _Tpe:
         not scored; when every candidate was scored, or as many proposals in a row as that density holds
         were not new, proposals are uniform at random (TPE's prior) until one is new. Where ``CROWDED`` of those
         in a row were not new either and the space is small enough to list, the proposal is drawn among the
-        configurations left. False, proposing nothing, once the search has scored every one the space allows."""
+        configurations left. False, proposing nothing, once none is left (every one the space allows is scored, or
+        being scored by another worker)."""
         search, patience, idx = self.search, gamma(WINDOW), None
         if 0 < self.stalled < patience:
             idx = next((row for row in self.parzen.candidates() if search.space.hash_idx(row) not in search.seen), None)
@@ -178,7 +179,7 @@ def _explore_and_polish(search: Search, tpe: _Tpe, polished: set[str], first: in
         elif tpe.propose():
             tpe.tell_seen()
             proposals += 1
-        else:                                           # every configuration the space allows is scored
+        else:                                           # nothing left to propose
             break
 
 
