@@ -46,17 +46,18 @@ def convergence_info(history: History, objective: str) -> list[dict[str, Any]]:
     return out
 
 
-def importance_info(history: History, objective: str, mode: str, space: Space) -> dict[str, float]:
+def importance_info(history: History, objective: str, mode: str, space: Space) -> dict[str, Any]:
     """Knob importance (Optuna's default, PED-ANOVA: deterministic, no scikit-learn) of the knobs with more than one
-    value, over up to ``IMPORTANCE_TRIALS`` scored trials of the largest study of ``objective``; empty when no study
-    has enough varied trials."""
+    value (``knobs``), over up to ``IMPORTANCE_TRIALS`` scored evaluations of the largest study of ``objective``
+    (``study``, ``evaluations``): a search's, which samples the space as it searched it, before an ``exhaustive``
+    sweep's, which keeps only its best plans. Empty when no study has enough varied evaluations."""
     tops = history.study_tops(objective, 1)
-    if not tops:
+    sweeps = {s["study_name"] for s in history.sweeps() if s["strategy"] == "exhaustive"}
+    candidates = [n for n in tops if tops[n][0] >= 10]
+    if not candidates:
         return {}
-    name = max(tops, key=lambda n: (tops[n][0], n))
+    name = max(candidates, key=lambda n: (n not in sweeps, tops[n][0], n))
     scored = [(h, v) for h, v in history.outcomes(name) if v is not None]
-    if len(scored) < 10:
-        return {}
     scored = [scored[i] for i in np.unique(np.linspace(0, len(scored) - 1, IMPORTANCE_TRIALS).astype(int))]
     rows = history.cached(objective, mode, [h for h, _ in scored])
     study = optuna.create_study(direction="minimize")
@@ -66,7 +67,8 @@ def importance_info(history: History, objective: str, mode: str, space: Space) -
         importance = optuna.importance.get_param_importances(study)
     except (RuntimeError, ValueError):                  # a study whose knobs never vary has no importance to give
         return {}
-    return {knob: float(value) for knob, value in importance.items() if space.by_name[knob].size > 1}    # one value: no say
+    return {"study": name.removesuffix(f"@{objective}"), "evaluations": len(study.trials),
+            "knobs": {knob: float(value) for knob, value in importance.items() if space.by_name[knob].size > 1}}   # one value: no say
 
 
 def trace_info(reports: dict[str, dict[str, dict[str, Any]]]) -> dict[str, dict[str, dict[str, dict[str, float]]]]:
@@ -151,11 +153,13 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
                                      name=f"the cache's optimum, {optimum:g} {unit}"))
         figures.append(("Convergence of every study (its evaluations in order; a sweep of a profile: its best after all of them)",
                         fig))
-    if info.get("importance"):
-        knobs = list(info["importance"])[::-1]
-        fig = go.Figure(go.Bar(x=[info["importance"][k] for k in knobs], y=knobs, orientation="h"))
+    importance = (info.get("importance") or {}).get("knobs", {})
+    if importance:
+        knobs = list(importance)[::-1]
+        fig = go.Figure(go.Bar(x=[importance[k] for k in knobs], y=knobs, orientation="h"))
         fig.update_layout(xaxis_title="importance (PED-ANOVA)", height=max(300, 22 * len(knobs)))
-        figures.append(("Knob importance", fig))
+        of = info["importance"]
+        figures.append((f"Knob importance (over {of['evaluations']:,} evaluations of {of['study']})", fig))
     for mode, plans in info.get("trace", {}).items():
         components = sorted({c for cases in plans.values() for comps in cases.values() for c in comps})
         bars = []
@@ -178,7 +182,6 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
         fig.update_xaxes(**log_ticks(xs))
         fig.update_yaxes(**log_ticks(ys))
         figures.append((f"{first} against {last} of evaluated plans", fig))
-    importance = info.get("importance") or {}
     for knob in sorted(info.get("marginals", {}), key=lambda k: -importance.get(k, -math.inf)):   # the most important first
         marginal = info["marginals"][knob]
         fig = go.Figure([go.Scatter(x=marginal["values"], y=marginal["best"], mode="lines+markers", name="best"),

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import shutil
 import zlib
@@ -44,8 +45,10 @@ def test_figure_data_is_built_without_plotly(searched):
     assert [(t.mode, list(t.x)) for t in drawn.data if t.name.startswith("exhaustive:")] == [("markers", [3000])]
     assert drawn.layout.xaxis.type == "log" and sorted(len(s["evaluations"]) for s in convergence)[-1] > 1
     importance = report.importance_info(ctx.history, name, "dev", SPACE)
-    assert importance and set(importance) <= set(SPACE.names) and abs(sum(importance.values()) - 1) < 1e-6
+    knobs = importance["knobs"]
+    assert knobs and set(knobs) <= set(SPACE.names) and abs(sum(knobs.values()) - 1) < 1e-6
     assert importance == report.importance_info(ctx.history, name, "dev", SPACE)            # the same every time
+    assert importance["study"].startswith("quick:") and importance["evaluations"] > 60        # the largest search's
     marginals = report.marginals_info(ctx.history, name, "dev", SPACE)
     for knob, m in marginals.items():
         assert len(m["values"]) == len(m["best"]) == len(m["median"]) >= 1
@@ -63,7 +66,8 @@ def test_figure_data_is_built_without_plotly(searched):
 def test_the_marginals_come_in_order_of_importance():
     """A space of dozens of knobs has as many marginals: the knobs that matter come first, the rest in the space's order."""
     marginal = {"values": ["1", "2"], "best": [1.0, 2.0], "median": [1.5, 2.5]}
-    info = {"importance": {"c": 0.6, "a": 0.4}, "marginals": {name: marginal for name in "abcd"}}
+    info = {"importance": {"study": "s", "evaluations": 10, "knobs": {"c": 0.6, "a": 0.4}},
+            "marginals": {name: marginal for name in "abcd"}}
     headings = [heading for heading, _ in report.figures(info, "ms") if heading.startswith("Marginal")]
     assert headings == ["Marginal: c", "Marginal: a", "Marginal: b", "Marginal: d"]
 
@@ -123,9 +127,27 @@ def _importance_of_mode(folder: Path, modes: list) -> dict[str, float]:
     (folder / "cache.json").write_text(json.dumps({"tune_params_keys": list(tune_params), "tune_params": tune_params, "cache": records}))
     ctx = service.Context.create(folder, objective=f"cache:{folder / 'cache.json'}")
     service.bounded_exhaustive_search(ctx, "all")
-    importance = service.report_info(ctx)["importance"]
+    importance = service.report_info(ctx)["importance"]["knobs"]
     ctx.close()
     return importance
+
+
+def test_importance_is_fitted_to_a_search_before_a_sweep_and_says_which(tmp_path):
+    """A sweep keeps only its best plans: fitted to those, the importance says which knobs vary among good plans, not
+    which matter. It was fitted to the study with the most members, a sweep of 64 finalists before a search of 15
+    (and the cache hits it found, which cost no evaluation of its budget)."""
+    knobs = {f"k{i}": [0, 1, 2, 3] for i in range(4)}
+    records = {combo: 1.0 + 3 * combo[0] + combo[1] / 10 for combo in itertools.product(*knobs.values())}
+    ctx = service.Context.create(tmp_path, objective=f"cache:{toy_cache(tmp_path, records, 'four.json', knobs)}")
+    service.bounded_exhaustive_search(ctx, "all")                           # 256 plans: its 64 best are its members
+    service.search_plans(ctx, "quick", max_evals=15, seed=0)
+    importance = service.report_info(ctx)["importance"]
+    scored = [v for _, v in ctx.history.outcomes(f"{importance['study']}@{ctx.objective.name}") if v is not None]
+    assert importance["study"].startswith("quick:") and importance["evaluations"] == len(scored) < 64
+    assert set(importance["knobs"]) == set(knobs)
+    headings = [heading for heading, _ in report.figures(service.report_info(ctx), "ms")]
+    assert f"Knob importance (over {len(scored)} evaluations of {importance['study']})" in headings
+    ctx.close()
 
 
 def test_importance_tells_true_from_one(tmp_path):
