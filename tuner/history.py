@@ -702,7 +702,8 @@ class History:
                members: list[tuple[str, float | None]]) -> None:
         if study_id is not None:                   # one writer per study at a time: contiguous numbers, one sweep record
             name = connection.execute(select(_STUDIES.c.study_name).where(_STUDIES.c.study_id == study_id).with_for_update()).scalar_one()
-            if recorded := self._recorded(connection, name, members):
+            items = sorted({f"plan:{h}" for h, _ in members})   # their claims are done, with the results in this transaction
+            if recorded := self._recorded(connection, name, items):
                 members = [m for m in members if m[0] not in recorded]
                 trials = [t for t in trials if space is None or space.hash_idx(t.idx) not in recorded]
             if members:
@@ -710,8 +711,7 @@ class History:
                 start = 0 if last is None else last + 1          # the primary key's last entry: no count of the whole study
                 connection.execute(insert(MEMBERS), [{"study_name": name, "seq": start + i, "plan_hash": h, "value": v}
                                                      for i, (h, v) in enumerate(members)])
-                hashes = sorted({f"plan:{h}" for h, _ in members})     # their claims are done, with the results in this transaction
-                for condition in in_chunks(CLAIMS.c.item, hashes):
+                for condition in in_chunks(CLAIMS.c.item, items):
                     connection.execute(CLAIMS.update().where(CLAIMS.c.study_name == name, condition).values(state="done"))
         if rows:
             values = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash, "best_cycles": r.cycles,
@@ -729,11 +729,10 @@ class History:
             put_sweep(connection, sweep)
 
     @staticmethod
-    def _recorded(connection: Any, name: str, members: list[tuple[str, float | None]]) -> set[str]:
-        """The plans of ``members`` that study ``name`` has recorded already: their claims are done. A worker that
-        was stopped (suspended, paused) past the heartbeat timeout finds on waking that another redid its plans, and
-        each is recorded once."""
-        items = sorted({f"plan:{h}" for h, _ in members})
+    def _recorded(connection: Any, name: str, items: list[str]) -> set[str]:
+        """The plans of claim ``items`` (``plan:HASH``) that study ``name`` has recorded already: their claims are done.
+        A worker that was stopped (suspended, paused) past the heartbeat timeout finds on waking that another redid its
+        plans, and each is recorded once."""
         return {item.removeprefix("plan:") for condition in in_chunks(CLAIMS.c.item, items)
                 for item in connection.execute(select(CLAIMS.c.item).where(CLAIMS.c.study_name == name, CLAIMS.c.state == "done",
                                                                             condition)).scalars()}
