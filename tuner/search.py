@@ -138,7 +138,6 @@ class Search:
         self.scored = 0                                     # new evaluations this worker made (counted ones)
         self.worker = Worker(history, self.name, {"strategy": spec.strategy, "objective": objective.name, "mode": spec.mode,
                                                   "target": spec.target})
-        self.resumed_from = self.evaluations
         self.seed = spec.seed if self.worker.slot == 0 else int(np.random.SeedSequence([spec.seed, self.worker.slot]).generate_state(1)[0])
         self.elsewhere: set[str] = set()                    # plans of the last batch that other workers are scoring
         self.trials_written = 0
