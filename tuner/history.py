@@ -16,6 +16,7 @@ import contextlib
 import functools
 import json
 import logging
+import os
 import re
 import sqlite3
 import sys
@@ -379,13 +380,46 @@ def _limit_stuck_sessions(dbapi_connection: Any, _record: Any) -> None:
     dbapi_connection.commit()                           # a setting made in a transaction that is rolled back is undone
 
 
+def _reading(url: str) -> dict[str, Any]:
+    """Engine arguments for a tool that writes no history to open SQLite ``url`` where it cannot be written (a read-only
+    mount, a shared or archived history, another user's file): read-only (``mode=ro``); where SQLite cannot make the
+    index its write-ahead log needs (``-shm``) either, as immutable: the file alone, which holds every committed write
+    once no log is beside it (a log left there is refused: it would be ignored). Elsewhere none: the connections read
+    as they would write, so that the last one to close folds the log into the file and leaves no file behind."""
+    file = sqlite_file(url)
+    if file is None or not file.is_file() or _unwritable(file) is None:
+        return {}
+    shm, wal = Path(f"{file}-shm"), Path(f"{file}-wal")
+    immutable = not os.access(file.parent, os.W_OK) and not shm.exists()
+    if immutable and wal.exists() and wal.stat().st_size:
+        raise HistoryUnavailable(f"cannot read history {str(file)[:200]!r} in a folder that cannot be written: its write-ahead log "
+                                 f"({wal.name}) holds writes not yet in the file; copy both files to a folder that can be written")
+    uri = f"{file.absolute().as_uri()}?{'immutable=1' if immutable else 'mode=ro'}"
+    return {"creator": lambda: sqlite3.connect(uri, uri=True, timeout=60)}
+
+
+def _unwritable(file: Path) -> str | None:
+    """What keeps SQLite history ``file`` from being written here (a read-only mount, another user's file or folder;
+    SQLite writes its log beside the file), or ``None``. A folder not made yet is judged by the first that exists."""
+    folder = file.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if file.exists() and not os.access(file, os.W_OK):
+        return "the file cannot be written here"
+    if not os.access(folder, os.W_OK):
+        return f"its folder {str(folder)[:200]!r} cannot be written"
+    return None
+
+
 def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
     if url == "sqlite://":
         engine = create_engine(url, poolclass=StaticPool)        # one in-memory database for every connection
+    elif read_only:
+        engine = create_engine(url, connect_args={"timeout": 60}, poolclass=NullPool, **_reading(url))
     else:
-        if (file := sqlite_file(url)) is not None and not read_only:
+        if (file := sqlite_file(url)) is not None:
             file.parent.mkdir(parents=True, exist_ok=True)
-        engine = create_engine(url, connect_args={"timeout": 60}, poolclass=NullPool if read_only else None)
+        engine = create_engine(url, connect_args={"timeout": 60})
 
     @event.listens_for(engine, "connect")
     def _connect(dbapi_connection: Any, _record: Any) -> None:
@@ -397,7 +431,7 @@ def _sqlite_engine(url: str, read_only: bool = False) -> Engine:
 
     @event.listens_for(engine, "begin")
     def _begin(connection: Any) -> None:
-        connection.exec_driver_sql("BEGIN IMMEDIATE")
+        connection.exec_driver_sql("BEGIN" if read_only else "BEGIN IMMEDIATE")     # a writer's lock, taken up front
 
     return engine
 
@@ -418,6 +452,9 @@ class History:
             raise HistoryUnavailable(f"cannot write history {url[:200]!r}: an in-memory database is one per connection pool, so "
                                      "Optuna's trials and the tuner's cache would not meet; give a file (PATH or sqlite:///PATH)")
         file = sqlite_file(url)
+        if not read_only and file is not None and (why := _unwritable(file)):
+            raise HistoryUnavailable(f"cannot write history {_safe(url)}: {why}; the commands that only read a history, such as "
+                                     "compare_history, rank_experiments or report, read it there")
         if read_only and self.sqlite and not (file and file.is_file()):
             if file is not None and file.exists():
                 raise HistoryUnavailable(f"cannot open history {_safe(url)}: it is a folder, not a history file")
@@ -497,6 +534,8 @@ class History:
 
     def _optuna_storage(self, url: str) -> optuna.storages.RDBStorage:
         kwargs: dict[str, Any] = {"connect_args": {"timeout": 60} if self.sqlite else _server_args(url)}
+        if self.read_only and self.sqlite:
+            kwargs.update(_reading(url))
         if url != "sqlite://":          # no connection outlives a use: Optuna's storage names and creates studies, once a run
             kwargs["poolclass"] = NullPool  # (so a worker holds two, its search's and its heartbeat's; no -wal/-shm left by reads)
         storage = _retry(lambda: optuna.storages.RDBStorage(url, engine_kwargs=kwargs),   # first use may race on the schema

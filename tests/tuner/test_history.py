@@ -343,3 +343,50 @@ def test_a_history_that_kept_failing_says_how_long_it_waited_when_one_try_outlas
     holder.close()
     writer.engine.dispose()
     writer.history.close()
+
+
+def _where_nothing_can_be_written(folder, command):
+    """``command`` run where ``folder`` cannot be written, as on a read-only mount or a shared folder of another user: for
+    root (whom permissions do not stop), in a mount namespace of its own where ``folder`` is bound read-only."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return command
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+        pytest.skip("root cannot be kept from writing a folder here: unshare --mount is not allowed")
+    return ["unshare", "--mount", "sh", "-c", 'mount --bind -o ro "$0" "$0" && exec "$@"', str(folder), *command]
+
+
+@pytest.mark.parametrize("log_left", [False, True])
+def test_a_history_in_a_folder_that_cannot_be_written_is_read_by_the_tools_that_only_read(workspace, tmp_path, log_left):
+    folder = tmp_path / "archive"
+    folder.mkdir()
+    database = folder / "h.db"
+    search = tuner(workspace, "--history", str(database), "search_plans", "--strategy", "quick", "--seed", "1", "--max-evals", "20")
+    assert search.wait(timeout=300) == 0, search.stderr.read()
+    if log_left:                                         # a copy taken while a writer's log held commits not yet in the file
+        writer = sqlite3.connect(database)
+        writer.execute("PRAGMA wal_autocheckpoint = 0")
+        writer.execute("CREATE TABLE later (x)")
+        writer.commit()
+        (folder / "h.db-shm").unlink()                   # as a copy of the file and its log only would be
+    reads = {}
+    for tool in ("compare_history", "rank_experiments", "resume_search_history"):
+        command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", str(database), "--json", tool]
+        before = sorted(p.name for p in folder.iterdir())
+        out = subprocess.run(_where_nothing_can_be_written(folder, command), capture_output=True, text=True, timeout=300, cwd=ROOT)
+        folder.chmod(0o755)
+        assert sorted(p.name for p in folder.iterdir()) == before, "a tool that only reads leaves the folder as it was"
+        if log_left:
+            assert out.returncode == 2 and "h.db-wal" in out.stderr and "Traceback" not in out.stderr, out.stderr
+            continue
+        assert out.returncode == 0, out.stderr
+        reads[tool] = out.stdout
+        assert out.stdout == subprocess.run(command, capture_output=True, text=True, timeout=300, cwd=ROOT).stdout, tool
+    if not log_left:
+        assert json.loads(reads["rank_experiments"])["ranking"], "the search is there to rank"
+        command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", str(database), "search_plans",
+                   "--max-evals", "25"]
+        out = subprocess.run(_where_nothing_can_be_written(folder, command), capture_output=True, text=True, timeout=300, cwd=ROOT)
+        folder.chmod(0o755)
+        assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
+        assert f"cannot write history 'sqlite:///{database}'" in out.stderr and "cannot be written" in out.stderr
