@@ -142,6 +142,17 @@ def running(pid: int) -> bool:
     return state not in ("Z", "X")
 
 
+def where_nothing_can_be_written(folder: Path, command: list[str]) -> list[str]:
+    """``command`` run where ``folder`` cannot be written, as on a read-only mount or a shared folder of another user: for
+    root (whom permissions do not stop), in a mount namespace of its own where ``folder`` is bound read-only."""
+    if os.geteuid() != 0:
+        folder.chmod(0o555)
+        return command
+    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
+        pytest.skip("root cannot be kept from writing a folder here: unshare --mount is not allowed")
+    return ["unshare", "--mount", "sh", "-c", 'mount --bind -o ro "$0" "$0" && exec "$@"', str(folder), *command]
+
+
 def reading(database: Path) -> sqlite3.Connection:
     """A connection that reads ``database`` and never creates it: a test that polls a history while a tuner makes it
     must not make the file (or hold it) first."""

@@ -334,7 +334,10 @@ def atomic_write(path: Path, text: str | bytes, replace: bool = True) -> None:
     its mode; ``replace=False``: create it, ``FileExistsError`` when it exists (a hard link, which never replaces)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     mode = path.stat().st_mode & 0o777 if path.is_file() else 0o644      # a replaced file keeps its mode
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:                                              # named by the file wanted, not by a temp name
+        raise OSError(exc.errno, exc.strerror, str(path)) from None
     try:
         os.fchmod(fd, mode)
         with os.fdopen(fd, "wb") as handle:

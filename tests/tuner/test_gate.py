@@ -5,11 +5,13 @@ from __future__ import annotations
 import json
 import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT
+from conftest import ROOT, where_nothing_can_be_written
 
 from tuner import gate, service
 from tuner.objectives.builtin import BuiltinObjective
@@ -212,6 +214,17 @@ def test_a_fixture_made_meanwhile_by_another_export_is_not_replaced(ctx, workspa
         service.export_candidate_fixture(ctx, "next_seed", "tensor_plan_iteration2_neighborhood_best")
     assert theirs.read_text() == '{"theirs": true}' and not gate.backups(ctx.workspace)
     assert {p.name for p in theirs.parent.iterdir()} == {p.name for p in (ROOT / "fixtures").iterdir()} | {"next_seed.json"}  # no temp file
+
+
+def test_a_fixture_that_cannot_be_written_is_named_by_its_own_path(workspace):
+    """A fixtures folder that cannot be written (a read-only mount): one line naming the fixture, not the temp file."""
+    fixtures = workspace / "fixtures"
+    command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "export_candidate_fixture", "--name", "next_seed",
+               "--plan", "tensor_plan_iteration2_neighborhood_best"]
+    out = subprocess.run(where_nothing_can_be_written(fixtures, command), capture_output=True, text=True, timeout=300, cwd=ROOT)
+    fixtures.chmod(0o755)
+    assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
+    assert out.stderr.endswith(f"{str(fixtures / 'next_seed.json')!r}\n") and not (fixtures / "next_seed.json").exists(), out.stderr
 
 
 def test_a_write_that_fails_midway_leaves_no_partial_backup_and_the_plan_as_it_was(workspace, monkeypatch):

@@ -13,7 +13,7 @@ import time
 import numpy as np
 import optuna
 import pytest
-from conftest import ROOT, reading
+from conftest import ROOT, reading, where_nothing_can_be_written
 
 from tuner.history import History, HistoryError, HistoryUnavailable, Row, TrialRecord, outlasting_outages, resolve_url, shown_url
 from tuner.plan import SPACE, encode, plan_hash
@@ -345,17 +345,6 @@ def test_a_history_that_kept_failing_says_how_long_it_waited_when_one_try_outlas
     writer.history.close()
 
 
-def _where_nothing_can_be_written(folder, command):
-    """``command`` run where ``folder`` cannot be written, as on a read-only mount or a shared folder of another user: for
-    root (whom permissions do not stop), in a mount namespace of its own where ``folder`` is bound read-only."""
-    if os.geteuid() != 0:
-        folder.chmod(0o555)
-        return command
-    if subprocess.run(["unshare", "--mount", "true"], capture_output=True).returncode != 0:
-        pytest.skip("root cannot be kept from writing a folder here: unshare --mount is not allowed")
-    return ["unshare", "--mount", "sh", "-c", 'mount --bind -o ro "$0" "$0" && exec "$@"', str(folder), *command]
-
-
 @pytest.mark.parametrize("log_left", [False, True])
 def test_a_history_in_a_folder_that_cannot_be_written_is_read_by_the_tools_that_only_read(workspace, tmp_path, log_left):
     folder = tmp_path / "archive"
@@ -373,7 +362,7 @@ def test_a_history_in_a_folder_that_cannot_be_written_is_read_by_the_tools_that_
     for tool in ("compare_history", "rank_experiments", "resume_search_history"):
         command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", str(database), "--json", tool]
         before = sorted(p.name for p in folder.iterdir())
-        out = subprocess.run(_where_nothing_can_be_written(folder, command), capture_output=True, text=True, timeout=300, cwd=ROOT)
+        out = subprocess.run(where_nothing_can_be_written(folder, command), capture_output=True, text=True, timeout=300, cwd=ROOT)
         folder.chmod(0o755)
         assert sorted(p.name for p in folder.iterdir()) == before, "a tool that only reads leaves the folder as it was"
         if log_left:
@@ -386,7 +375,7 @@ def test_a_history_in_a_folder_that_cannot_be_written_is_read_by_the_tools_that_
         assert json.loads(reads["rank_experiments"])["ranking"], "the search is there to rank"
         command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", str(database), "search_plans",
                    "--max-evals", "25"]
-        out = subprocess.run(_where_nothing_can_be_written(folder, command), capture_output=True, text=True, timeout=300, cwd=ROOT)
+        out = subprocess.run(where_nothing_can_be_written(folder, command), capture_output=True, text=True, timeout=300, cwd=ROOT)
         folder.chmod(0o755)
         assert out.returncode == 2 and out.stderr.count("\n") == 1, out.stderr
         assert f"cannot write history 'sqlite:///{database}'" in out.stderr and "cannot be written" in out.stderr
