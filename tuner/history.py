@@ -21,6 +21,7 @@ import re
 import sqlite3
 import sys
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -640,14 +641,19 @@ class History:
 
     # --- studies ----------------------------------------------------------------------------
 
-    def study(self, name: str, attrs: dict[str, Any] | None = None) -> optuna.Study:
-        """The Optuna study ``name`` (created, minimizing, when new), with the user attributes ``attrs``. Tried again
+    def study(self, name: str, attrs: dict[str, Any] | None = None, metric: str | None = None) -> optuna.Study:
+        """The Optuna study ``name`` (created, minimizing, when new), with the user attributes ``attrs`` and ``metric`` as
+        the name of its value (what optuna-dashboard heads the values with, in place of "Objective 0"). Tried again
         while another process creates or writes it too (Optuna's SQLite transactions are not ``BEGIN IMMEDIATE``:
         two workers starting at once could fail one with "database is locked")."""
         def open_study() -> optuna.Study:
             study = optuna.create_study(storage=self.storage, study_name=name, direction="minimize", load_if_exists=True)
             for key, value in (attrs or {}).items():
                 study.set_user_attr(key, value)
+            if metric is not None:
+                with warnings.catch_warnings():                 # "experimental" since Optuna 3.2: not the user's concern
+                    warnings.simplefilter("ignore", optuna.exceptions.ExperimentalWarning)
+                    study.set_metric_names([metric])
             return study
 
         with stopping.held():

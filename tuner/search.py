@@ -123,7 +123,8 @@ class Search:
         self.history, self.objective, self.spec, self.space = history, objective, spec, objective.space
         self.held_out_mode = objective.modes[1] if spec.include_final and len(objective.modes) > 1 else None
         self.name = spec.study_name(objective.name)
-        self.study = history.study(self.name, {"objective": objective.name, "strategy": spec.strategy})
+        self.study = history.study(self.name, {"objective": objective.name, "strategy": spec.strategy},
+                                   metric=f"{spec.mode} ({objective.unit})")
         self.cache = history.cached(objective.name, spec.mode)
         self.stale = history.stale(objective, spec.mode, self.cache)     # failures killed at a shorter limit: measured again
         # an objective that runs a program (it has a time limit per run) is claimed and scored one configuration at a

@@ -160,7 +160,7 @@ class Context:
     @property
     def unit(self) -> str:
         """What the objective's values count: the tensor plan's cycles, or a measured time's ms (lower is better)."""
-        return "cycles" if self.is_plan else "ms"
+        return self.objective.unit
 
     def shown(self, value: float | None) -> str:
         """A value as the summaries show it: ``178,866 cycles``, ``68.1166 ms`` (six significant digits); ``-`` for none."""

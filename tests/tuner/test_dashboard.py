@@ -63,7 +63,9 @@ def test_dashboard_shows_the_studies_with_real_knob_values(ctx, workspace):
         assert any(n.startswith("checkpoint:fixture:tensor_plan_attempt1_best") for n in names)
         assert any(n.startswith("exhaustive:profile:iteration3_dev_core") for n in names)
         checkpoint = next(i for n, i in names.items() if n.startswith("checkpoint"))
-        trials = _get(f"http://127.0.0.1:{port}/api/studies/{checkpoint}")["trials"]
+        detail = _get(f"http://127.0.0.1:{port}/api/studies/{checkpoint}")
+        assert detail["objective_names"] == ["dev (cycles)"]             # the values' heading, not "Objective 0"
+        trials = detail["trials"]
         assert len(trials) >= 60
         complete = [t for t in trials if t["state"] == "Complete"]
         assert complete and all(t["values"] for t in complete)
@@ -76,7 +78,9 @@ def test_dashboard_shows_the_studies_with_real_knob_values(ctx, workspace):
         assert block_m <= {16, 32, 48, 64, 80, 96, 128} and 48 in block_m     # attempt-1's 48, not an index
         cache_study = next(i for n, i in names.items() if n.startswith("exhaustive:profile:all"))
         shown = {}                                         # each configuration as the dashboard shows it, with its time
-        for trial in _get(f"http://127.0.0.1:{port}/api/studies/{cache_study}")["trials"]:
+        detail = _get(f"http://127.0.0.1:{port}/api/studies/{cache_study}")
+        assert detail["objective_names"] == ["time (ms)"]
+        for trial in detail["trials"]:
             params = {p["name"]: (p["param_external_value"], p["param_external_pytyp"]) for p in trial["params"]}
             shown[params["mode"], params["bx"][0]] = trial["values"][0]
         assert shown == {((str(modes[i]), str(type(modes[i]))), str(b)): t for (i, b), t in times.items()}   # True is not shown as 1

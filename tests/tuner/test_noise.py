@@ -18,7 +18,7 @@ from tuner.plan import SPACE
 class NoisyObjective:
     """The built-in model, each final value multiplied by ``1 + noise * N(0, 1)`` (seeded), a candidate's by ``factor``."""
 
-    space, modes, name = SPACE, ("dev", "final"), "noisy"
+    space, modes, unit, name = SPACE, ("dev", "final"), "cycles", "noisy"
 
     def __init__(self, factor: dict[str, float], noise_level: float, seed: int) -> None:
         self.builtin, self.factor, self.noise, self.rng = BuiltinObjective(), factor, noise_level, np.random.default_rng(seed)

@@ -31,6 +31,7 @@ class BuiltinObjective:
 
     space = SPACE
     modes = MODES
+    unit = "cycles"
     optimum = None                                     # not known: the space is too large to score whole
 
     def __init__(self) -> None:

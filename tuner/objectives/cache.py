@@ -104,6 +104,7 @@ class CacheObjective:
     """Scores configurations by looking up their recorded time (ms) in a measured cache."""
 
     modes = (MODE,)
+    unit = "ms"
 
     def __init__(self, path: str | Path, space_path: str | Path | None = None) -> None:
         path = Path(path)

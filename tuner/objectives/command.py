@@ -254,6 +254,7 @@ class CommandObjective(_Benchmark):
 
     space = SPACE
     modes = MODES
+    unit = "cycles"
 
     def __init__(self, workspace: str | Path, python: str = sys.executable, timeout_s: float = 120.0, repeats: int = 1) -> None:
         super().__init__(workspace, "benchmark.py", timeout_s, repeats)
@@ -294,6 +295,7 @@ class ProgramObjective(_Benchmark):
     """
 
     modes = (TIME,)
+    unit = "ms"
 
     def __init__(self, workspace: str | Path, argv: list[str], space: Space, timeout_s: float = 120.0, repeats: int = 1) -> None:
         super().__init__(workspace, argv[0], timeout_s, repeats)
