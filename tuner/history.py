@@ -383,20 +383,25 @@ def _limit_stuck_sessions(dbapi_connection: Any, _record: Any) -> None:
 
 def _reading(url: str) -> dict[str, Any]:
     """Engine arguments for a tool that writes no history to open SQLite ``url`` where it cannot be written (a read-only
-    mount, a shared or archived history, another user's file): read-only (``mode=ro``); where SQLite cannot make the
-    index its write-ahead log needs (``-shm``) either, as immutable: the file alone, which holds every committed write
-    once no log is beside it (a log left there is refused: it would be ignored). Elsewhere none: the connections read
-    as they would write, so that the last one to close folds the log into the file and leaves no file behind."""
+    mount, a shared or archived history, another user's file): each connection read-only (``mode=ro``), or where SQLite
+    cannot make the index its write-ahead log needs (``-shm``: the folder cannot be written, and no writer has made it),
+    immutable: the file alone, which holds every committed write once no log is beside it (a log left there is
+    refused: it would be ignored). Elsewhere none: the connections read as they would write, so that the last one to
+    close folds the log into the file and leaves no file behind."""
     file = sqlite_file(url)
     if file is None or not file.is_file() or _unwritable(file) is None:
         return {}
-    shm, wal = Path(f"{file}-shm"), Path(f"{file}-wal")
-    immutable = not os.access(file.parent, os.W_OK) and not shm.exists()
-    if immutable and wal.exists() and wal.stat().st_size:
-        raise HistoryUnavailable(f"cannot read history {str(file)[:200]!r} in a folder that cannot be written: its write-ahead log "
-                                 f"({wal.name}) holds writes not yet in the file; copy both files to a folder that can be written")
-    uri = f"{file.absolute().as_uri()}?{'immutable=1' if immutable else 'mode=ro'}"
-    return {"creator": lambda: sqlite3.connect(uri, uri=True, timeout=60)}
+    shm, wal, uri = Path(f"{file}-shm"), Path(f"{file}-wal"), file.absolute().as_uri()
+
+    def connection() -> sqlite3.Connection:
+        if os.access(file.parent, os.W_OK) or shm.exists():
+            return sqlite3.connect(f"{uri}?mode=ro", uri=True, timeout=60)
+        if wal.exists() and wal.stat().st_size:
+            raise HistoryUnavailable(f"cannot read history {str(file)[:200]!r} in a folder that cannot be written: its write-ahead "
+                                     f"log ({wal.name}) holds writes not yet in the file; copy both files to a folder that can be written")
+        return sqlite3.connect(f"{uri}?immutable=1", uri=True, timeout=60)
+
+    return {"creator": connection}
 
 
 def _unwritable(file: Path) -> str | None:
