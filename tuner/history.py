@@ -412,8 +412,8 @@ def _unwritable(file: Path) -> str | None:
         folder = folder.parent
     if file.exists() and not os.access(file, os.W_OK):
         return "the file cannot be written here"
-    if not os.access(folder, os.W_OK):
-        return f"its folder {str(folder)[:200]!r} cannot be written"
+    if not os.access(folder, os.W_OK) and not all(os.access(f"{file}{log}", os.W_OK) for log in ("-wal", "-shm")):
+        return f"its folder {str(folder)[:200]!r} cannot be written"     # where SQLite would make its log
     return None
 
 
