@@ -195,6 +195,12 @@ COMMANDS: dict[str, Command] = {
     "report": (service.report, lambda p: p.add_argument(
         "--out", default=f"{OUTPUT_DIR}/report.html", metavar="PATH", help=f"an HTML file under {OUTPUT_DIR}/ (default %(default)s)"),
         "write the HTML report of the history (plotly, works offline)"),
+    "export_results": (service.export_results, lambda p: (
+        p.add_argument("--study", default=None, metavar="NAME",
+                       help="a study of the objective (resume_search_history lists them; default: the one updated last)"),
+        p.add_argument("--out", default=f"{OUTPUT_DIR}/results.t4.json", metavar="PATH",
+                       help=f"a JSON file under {OUTPUT_DIR}/ (default %(default)s)")),
+        "write a study's evaluations as a T4 results file (the community's tuning-results format, which cache:PATH replays)"),
 }
 
 

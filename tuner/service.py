@@ -19,12 +19,12 @@ from typing import Any
 
 import numpy as np
 
-from tuner import gate, noise
+from tuner import gate, noise, package_version
 from tuner.claims import studies_at_work
 from tuner.history import History, resolve_url, sqlite_file
 from tuner.objectives import Objective
 from tuner.objectives.builtin import BuiltinObjective
-from tuner.objectives.cache import CacheObjective
+from tuner.objectives.cache import T4_VERSION, CacheObjective, t4_result
 from tuner.objectives.command import CommandObjective, ProgramObjective
 from tuner.plan import PROFILE_DIR, Plan, PlanError, plan_hash
 from tuner.plan import SPACE as PLAN_SPACE
@@ -73,7 +73,7 @@ WRITES: dict[str, frozenset[str]] = {
     "export_candidate_fixture": frozenset({"fixture"}),
     "record_result": frozenset({"result"}),
     "run": frozenset({"history", "plan", "output"}),
-    "report": frozenset({"output"}),
+    **dict.fromkeys(("report", "export_results"), frozenset({"output"})),
 }
 
 
@@ -706,6 +706,41 @@ def _telemetry_tools(ctx: Context) -> list[str]:
             if isinstance(tool, str) and tool not in tools:
                 tools.append(tool)
     return tools
+
+
+def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_DIR}/results.t4.json") -> dict[str, Any]:
+    """Write the evaluations of ``study`` (default: the objective's study updated last), in the order it made them, to
+    ``out`` under results/ as a T4 results file: the community's format of tuning results, which Kernel Tuner writes
+    too and ``cache:PATH`` replays. Each result is a configuration, its value in each mode the history holds (in the
+    objective's unit) and its invalidity: ``correct``, ``correctness`` (a value that failed the problem's check),
+    ``timeout``, ``compile``, ``constraints`` or ``runtime`` (any other failure). An ``exhaustive`` sweep keeps its
+    ranges' best only: those are what it exports. The same history gives the same bytes."""
+    if not isinstance(out, str) or not out.endswith(".json"):
+        raise ServiceError(f"out must name a .json file under {OUTPUT_DIR}/, got {quoted(out)}")
+    studies = {s["study_name"]: s for s in ctx.history.sweeps() if s["objective"] == ctx.objective.name}
+    if study is None and not studies:
+        raise ServiceError(f"the history holds no study of {ctx.objective.name}: nothing to export")
+    name = max(studies.values(), key=lambda s: (s["updated"], s["study_name"]))["study_name"] if study is None else study
+    if name not in studies:
+        raise ServiceError(f"the history holds no study {quoted(name)} of {ctx.objective.name} (resume_search_history lists its studies)")
+    first, objective = _first_last(ctx)[0], ctx.objective.name
+    members = list(dict.fromkeys(h for h, _ in ctx.history.outcomes(name)))        # each plan once, in the order first seen
+    rows = {mode: ctx.history.cached(objective, mode, members) for mode in ctx.objective.modes}
+    killed = ctx.history.timed_out(objective, first)
+    reasons = {t.user_attrs["plan_hash"]: t.user_attrs["reason"] for t in ctx.history.trials(name) if "reason" in t.user_attrs}
+    results = []
+    for h in (h for h in members if h in rows[first]):
+        row = rows[first][h]
+        values = {mode: number(rows[mode][h].cycles) if h in rows[mode] else None for mode in ctx.objective.modes}
+        failure = "timeout" if h in killed else reasons.get(h)
+        results.append(t4_result(ctx.objective.space.decode(row.idx), values, ctx.unit,
+                                 all(rows[mode][h].correct for mode in ctx.objective.modes if h in rows[mode]), failure))
+    metadata = {"tuner": f"tensor-plan-optimizer {package_version()}", "study": name, "objective": objective,
+                **({"timeunit": "milliseconds"} if ctx.unit == "ms" else {"unit": ctx.unit})}
+    text = json.dumps({"schema_version": T4_VERSION, "metadata": metadata, "results": results}, indent=1) + "\n"
+    backup = ctx.workspace.write("output", out, text)
+    return {"path": str(PurePosixPath(ctx.workspace.path(out).relative_to(ctx.workspace.root))), "backup": backup, "study": name,
+            "results": len(results), "failed": sum(r["invalidity"] != "correct" for r in results)}
 
 
 def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None = None) -> dict[str, Any]:

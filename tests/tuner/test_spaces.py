@@ -11,10 +11,12 @@ from collections import Counter
 from contextlib import AbstractContextManager, nullcontext
 from pathlib import Path
 
+import jsonschema
 import numpy as np
 import pytest
 from conftest import ROOT, toy_cache
 
+from tuner import service
 from tuner.history import History
 from tuner.objectives.cache import NOT_MEASURED, CacheObjective
 from tuner.plan import SPACE
@@ -217,6 +219,51 @@ def test_a_t4_results_file_replays_like_the_same_measurements_in_a_kernel_tuner_
         STRATEGIES["quick"](search)
         runs.append(list(search.seen.values()))
     assert runs[0] == runs[1] and len(runs[0]) >= 60
+
+
+T4_RESULTS_SCHEMA = {                                  # the constraints of the T4 results schema, version 1.0.0
+    "type": "object", "required": ["schema_version", "results"],
+    "properties": {
+        "schema_version": {"type": "string", "pattern": r"^[0-9]+\.[0-9]+\.[0-9]+$"},
+        "results": {"type": "array", "items": {
+            "type": "object", "required": ["configuration", "times", "invalidity", "correctness"],
+            "properties": {"configuration": {"type": "object"}, "objectives": {"type": "array"}, "times": {"type": "object"},
+                           "invalidity": {"enum": ["timeout", "compile", "runtime", "correctness", "constraints", "correct"]},
+                           "correctness": {"type": "number"},
+                           "measurements": {"type": "array", "items": {"type": "object", "properties": {
+                               "name": {"type": "string"}, "value": {"type": ["number", "string", "array"]},
+                               "unit": {"type": "string"}}}}}}}}}
+
+
+def test_a_study_exported_as_t4_results_replays_as_the_measurements_it_made(tmp_path):
+    records = {(32, 1): 3.0, (32, 2): "CompilationFailedConfig", (64, 1): 2.0, (64, 2): 1.5, (128, 1): "InvalidConfig"}
+    cache = toy_cache(tmp_path, records)                                       # (128, 2) was not measured
+    workspace = tmp_path / "ws"
+    workspace.mkdir()
+    ctx = service.Context.create(workspace, objective=f"cache:{cache}")
+    searched = service.search_plans(ctx, strategy="quick", max_evals=10, seed=0)
+    exported = service.export_results(ctx)
+    assert exported == {"path": "results/results.t4.json", "backup": None, "study": searched["study"], "results": 6, "failed": 3}
+    written = (workspace / exported["path"]).read_bytes()
+    data = json.loads(written)
+    jsonschema.validate(data, T4_RESULTS_SCHEMA)
+    assert data["metadata"]["timeunit"] == "milliseconds"
+    order = [ctx.objective.space.decode(ctx.history.cached(ctx.objective.name, "time", [h])[h].idx)
+             for h, _ in ctx.history.outcomes(searched["study"])]
+    assert [r["configuration"] for r in data["results"]] == order              # in the order the search made them
+    shown = {(r["configuration"]["bx"], r["configuration"]["tile"]): (r["invalidity"], [m["value"] for m in r["measurements"]])
+             for r in data["results"]}
+    assert shown == {(32, 1): ("correct", [3.0]), (32, 2): ("compile", []), (64, 1): ("correct", [2.0]), (64, 2): ("correct", [1.5]),
+                     (128, 1): ("constraints", []), (128, 2): ("runtime", [])}
+    replayed = CacheObjective(workspace / exported["path"])
+    grid = np.indices(replayed.space.sizes).reshape(2, -1).T.astype(np.int16)
+    again = {tuple(replayed.space.decode(row).values()): value for row, value in zip(grid, replayed.evaluate(grid).cycles, strict=True)}
+    assert again == {c: (t if isinstance(t, float) else np.inf) for c, t in {**records, (128, 2): "not measured"}.items()}
+    assert service.export_results(ctx)["backup"] and (workspace / exported["path"]).read_bytes() == written     # same bytes
+    ctx.close()
+    command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--objective", f"cache:{cache}", "export_results"]
+    out = subprocess.run([*command, "--study", "quick:nope"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 2 and "no study 'quick:nope'" in out.stderr and out.stderr.count("\n") == 1, out.stderr
 
 
 def test_a_t4_knob_whose_values_python_finds_equal_has_one_order(tmp_path):

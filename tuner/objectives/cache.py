@@ -30,6 +30,7 @@ ERROR_MARKERS = ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfi
 NOT_MEASURED = "not measured"
 NO_TIME = "no time measurement"                 # a record that holds neither a time nor an error marker
 T4_INVALIDITY = {"compile": "CompilationFailedConfig", "runtime": "RuntimeFailedConfig", "constraints": "InvalidConfig"}
+T4_VERSION = "1.0.0"                            # the T4 results schema written (Kernel Tuner 1.5 writes the same)
 MAX_NAMED = 20                                  # knob names quoted in an error, at most
 MAX_REASONS = 3                                 # kinds of failed record an error counts, at most
 
@@ -56,6 +57,23 @@ def _t4_time(result: dict[str, Any], where: str) -> Any:
     if not isinstance(measurements, list):
         raise SpaceError(f"{where}: measurements must be a list")
     return next((m.get("value") for m in measurements if isinstance(m, dict) and m.get("name") == MODE), NO_TIME)
+
+
+def t4_result(config: dict[str, Any], values: dict[str, float | None], unit: str, correct: bool, failure: str | None) -> dict[str, Any]:
+    """One configuration's T4 result: ``values`` by mode (the first the objective; ``None`` where it has none),
+    whether it passed the problem's check, and ``failure``, why it has no value: a search's reason, ``"timeout"``
+    for a run killed at its time limit, or ``None`` (not known)."""
+    objective = next(iter(values))
+    if values[objective] is not None:
+        invalidity = "correct" if correct else "correctness"
+    elif failure == "timeout":
+        invalidity = "timeout"
+    else:
+        invalidity = next((category for category, marker in (*T4_INVALIDITY.items(), ("constraints", RULED_OUT))
+                           if failure and marker in failure), "runtime")
+    return {"configuration": config, "times": {}, "invalidity": invalidity, "correctness": 1 if correct else 0,
+            "measurements": [{"name": mode, "value": value, "unit": unit} for mode, value in values.items() if value is not None],
+            "objectives": [objective]}
 
 
 def _t4(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[dict[str, Any], Any]]]:
