@@ -18,7 +18,8 @@ from conftest import ROOT, toy_cache
 
 from tuner import service
 from tuner.history import History
-from tuner.objectives.cache import NOT_MEASURED, CacheObjective
+from tuner.objectives.base import RULED_OUT
+from tuner.objectives.cache import NOT_MEASURED, CacheObjective, t4_result
 from tuner.plan import SPACE
 from tuner.search import Search, Spec
 from tuner.space import WHOLE_SPACE, SpaceError, load_profile, load_space, space_from_t1
@@ -264,6 +265,18 @@ def test_a_study_exported_as_t4_results_replays_as_the_measurements_it_made(tmp_
     command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--objective", f"cache:{cache}", "export_results"]
     out = subprocess.run([*command, "--study", "quick:nope"], capture_output=True, text=True, timeout=120, cwd=ROOT)
     assert out.returncode == 2 and "no study 'quick:nope'" in out.stderr and out.stderr.count("\n") == 1, out.stderr
+
+
+@pytest.mark.parametrize(("value", "correct", "failure", "invalidity"), [
+    (1.5, True, None, "correct"), (1.5, False, None, "correctness"), (None, False, "timeout", "timeout"),
+    (None, False, "CompilationFailedConfig", "compile"), (None, False, "RuntimeFailedConfig", "runtime"),
+    (None, False, "InvalidConfig", "constraints"), (None, False, RULED_OUT, "constraints"),
+    (None, False, "bench.sh exited 3: out of memory", "runtime"), (None, False, None, "runtime")])
+def test_a_t4_result_says_why_a_configuration_has_no_value(value, correct, failure, invalidity):
+    result = t4_result({"bx": 32}, {"time": value}, "ms", correct, failure)
+    assert result["invalidity"] == invalidity and result["correctness"] == int(correct)
+    assert result["measurements"] == ([{"name": "time", "value": value, "unit": "ms"}] if value is not None else [])
+    jsonschema.validate({"schema_version": "1.0.0", "results": [result]}, T4_RESULTS_SCHEMA)
 
 
 def test_a_t4_knob_whose_values_python_finds_equal_has_one_order(tmp_path):
