@@ -158,6 +158,8 @@ class ResumeResult(Strict):
     searches: list[Sweep]
     profiles_not_swept: list[str]
     unreadable_fixtures: Unreadable = None
+    other_objectives: Annotated[dict[str, int] | None, Field(description="studies the history holds of other objectives, by "
+                                                                          "objective (another problem, or an earlier model)")] = None
 
 
 class Change(Strict):

@@ -11,6 +11,7 @@ import json
 import os
 import shlex
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
@@ -549,17 +550,21 @@ def _profile_folders(ctx: Context) -> tuple[Path, ...]:
 
 def resume_search_history(ctx: Context, limit: int = 5) -> dict[str, Any]:
     """The best seeds (the fixtures, measured in every mode; the history's best, with the authority's value where a
-    search checked them there) and the searches already run."""
+    search checked them there), the searches already run, and how many the history holds of other objectives (another
+    problem's, or this one's before its scorer changed: a new version of the model makes a new objective)."""
     _positive("limit", limit, allow_none=False)
     at_work = studies_at_work(ctx.history)
+    every = ctx.history.sweeps()
     sweeps = [{k: s[k] for k in ("study_name", "strategy", "target", "mode", "state", "evaluations", "updated")}
               | ({"state": "lost"} if s["state"] == "running" and s["study_name"] not in at_work else {})
-              for s in ctx.history.sweeps() if s["objective"] == ctx.objective.name]
+              for s in every if s["objective"] == ctx.objective.name]
+    others = Counter(s["objective"] for s in every if s["objective"] != ctx.objective.name)
     done_profiles = {s["target"].removeprefix("profile:") for s in sweeps if s["strategy"] == "exhaustive" and s["state"] == "done"}
     unreadable: dict[str, str] = {}
     out = {"seeds": _seeds(ctx, int(limit), unreadable), "searches": sweeps,
            "profiles_not_swept": [p for p in profile_names(ctx.objective.space, *_profile_folders(ctx)) if p not in done_profiles]}
-    return out | ({"unreadable_fixtures": unreadable} if unreadable else {})
+    extra = {"unreadable_fixtures": unreadable, "other_objectives": dict(sorted(others.items()))}
+    return out | {k: v for k, v in extra.items() if v}
 
 
 def _study_bests(ctx: Context, per_study: int = 5) -> list[dict[str, Any]]:

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, where_nothing_can_be_written
+from conftest import ROOT, toy_cache, where_nothing_can_be_written
 
 from tuner import gate, service
 from tuner.objectives.builtin import BuiltinObjective
@@ -292,6 +292,17 @@ def test_tied_plans_break_by_hash_whatever_order_the_history_holds_them(tmp_path
         winners.add(service.apply_best_verified(ctx)["candidate_hash"])
         ctx.close()
     assert winners == {min(SPACE.hash(p) for p in tied)}
+
+
+def test_resuming_says_how_many_studies_the_history_holds_of_other_objectives(ctx, workspace, tmp_path):
+    """Another problem's studies, or this one's before its scorer changed (a new version of the model is a new
+    objective): resuming counts them, where it used to show an empty history."""
+    assert "other_objectives" not in service.resume_search_history(ctx)
+    other = service.Context.create(workspace, objective=f"cache:{toy_cache(tmp_path, {(32, 1): 3.0, (64, 1): 2.0})}")
+    service.search_plans(other, max_evals=2)
+    other.close()
+    resumed = service.resume_search_history(ctx)
+    assert resumed["other_objectives"] == {other.objective.name: 1} and resumed["searches"] == []
 
 
 def test_the_history_seeds_run_nothing_and_the_gate_measures_the_one_it_tries(ctx):
