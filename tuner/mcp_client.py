@@ -52,14 +52,19 @@ def _summary(result: dict[str, Any] | None) -> str:
 
 
 def _append(root: Path, record: dict[str, Any]) -> None:
+    """Append the call's telemetry record; where the workspace cannot take it (a read-only mount, a full disk), one
+    line on stderr says so, and the call's result and exit status stand."""
     path = root / TELEMETRY
-    path.parent.mkdir(parents=True, exist_ok=True)
     line = (json.dumps(record, separators=(",", ":")) + "\n").encode()
-    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
     try:
-        os.write(fd, line)                   # one write of one line: concurrent helpers do not interleave
-    finally:
-        os.close(fd)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+        try:
+            os.write(fd, line)               # one write of one line: concurrent helpers do not interleave
+        finally:
+            os.close(fd)
+    except OSError as exc:
+        print(f"mcp_call.py: the call's telemetry record was not written to {TELEMETRY}: {exc.strerror}", file=sys.stderr)
 
 
 async def call(root: Path, server: str, tool: str, arguments: dict[str, Any], timeout: float) -> tuple[bool, Any, str]:

@@ -10,7 +10,7 @@ import sys
 
 import anyio
 import pytest
-from conftest import child_env
+from conftest import child_env, where_nothing_can_be_written
 from mcp import Client, StdioServerParameters
 
 HELPER = ".harnessgym/runtime/mcp_call.py"
@@ -48,6 +48,19 @@ def test_one_telemetry_record_per_call_and_exit_codes(workspace):
     first = records[0]
     assert first["server"] == "tensor-plan-server" and first["tool"] == "run_objective" and first["arguments"] == {"mode": "dev"}
     assert first["duration_s"] > 0 and "best_cycles" in first["summary"] and first["time"].endswith("+00:00")
+
+
+def test_a_call_whose_telemetry_cannot_be_written_still_gives_its_result(workspace):
+    """A workspace where .harnessgym/ cannot be written (a read-only mount): the result and exit status stand, and one
+    line says the record was not written (a traceback used to end the call with nothing printed)."""
+    command = [sys.executable, HELPER, "--server", "tensor-plan-server", "--tool", "run_objective", "--arguments", '{"mode": "dev"}']
+    folder = workspace / ".harnessgym"
+    out = subprocess.run(where_nothing_can_be_written(folder, command), cwd=workspace, capture_output=True, text=True, env=child_env(),
+                         timeout=600)
+    folder.chmod(0o755)
+    assert out.returncode == 0 and json.loads(out.stdout)["best_cycles"] > 0, out.stderr
+    assert out.stderr.startswith("mcp_call.py: the call's telemetry record was not written to .harnessgym/mcp_calls.jsonl: ")
+    assert out.stderr.count("\n") == 1 and telemetry(workspace) == []
 
 
 def test_a_call_past_its_timeout_says_so_and_the_search_is_saved_as_cancelled(workspace):
