@@ -114,20 +114,25 @@ class Server:
         except ToolError:
             raise
         except Exception as exc:
-            raise ToolError(_message(exc)) from None
+            raise ToolError(_message(exc, self.workspace)) from None
         finally:
             stop.set()
 
 
-def _message(exc: Exception) -> str:
+def _message(exc: Exception, workspace: Path) -> str:
     """The error text a client sees: input errors as they are (short value prefixes, workspace-relative
-    paths); anything else by its class and a short message with no path of this machine."""
+    paths); anything else by its class and a short message with no path of this machine (a file of the
+    workspace is named by its path there)."""
     from tuner.cli import INPUT_ERRORS
 
     if isinstance(exc, INPUT_ERRORS):
         return str(exc)
     if isinstance(exc, OSError):
-        return f"{exc.__class__.__name__}: {exc.strerror or 'operating system error'}"
+        try:
+            where = f": {Path(exc.filename).resolve().relative_to(workspace.resolve()).as_posix()}"
+        except (TypeError, ValueError):                 # no file named, or one outside the workspace
+            where = ""
+        return f"{exc.__class__.__name__}: {exc.strerror or 'operating system error'}{where}"
     return f"{exc.__class__.__name__}: {str(exc)[:300]}"
 
 

@@ -63,6 +63,19 @@ def test_a_call_whose_telemetry_cannot_be_written_still_gives_its_result(workspa
     assert out.stderr.count("\n") == 1 and telemetry(workspace) == []
 
 
+def test_a_write_the_workspace_refuses_names_the_file_by_its_path_in_the_workspace(workspace):
+    """A fixtures folder that cannot be written: the error result names fixtures/next.json, and no path of this machine."""
+    arguments = json.dumps({"name": "next", "plan": "tensor_plan_attempt1_best"})
+    command = [sys.executable, HELPER, "--server", "tensor-plan-server", "--tool", "export_candidate_fixture", "--arguments", arguments]
+    folder = workspace / "fixtures"
+    out = subprocess.run(where_nothing_can_be_written(folder, command), cwd=workspace, capture_output=True, text=True, env=child_env(),
+                         timeout=600)
+    folder.chmod(0o755)
+    error = json.loads(out.stdout)["error"]                  # a read-only file system (root), or permission denied
+    assert out.returncode == 1 and "OSError: " in error and error.endswith(": fixtures/next.json"), out
+    assert str(workspace) not in out.stdout and not (folder / "next.json").exists()
+
+
 def test_a_call_past_its_timeout_says_so_and_the_search_is_saved_as_cancelled(workspace):
     rc, _, err = call(workspace, "search_plans", '{"max_evals": 1000000}', timeout="10")
     assert rc == 1 and err.startswith("mcp_call.py: error: no result within 10 s (--timeout)") and "Group" not in err, err
