@@ -329,3 +329,51 @@ def test_draws_hold_exactly_what_the_restrictions_allow(problem, seed):
     allowed = {tuple(row) for row in grid[space.allowed(grid)]}
     drawn = space.draw(40 * max(len(allowed), 1) + 200, np.random.default_rng(seed))
     assert {tuple(row) for row in drawn} == allowed
+
+
+T4_MARKERS = {"InvalidConfig": "constraints", "CompilationFailedConfig": "compile", "RuntimeFailedConfig": "runtime"}
+KNOB_VALUE = st.integers(-3, 300) | st.floats(0.5, 64) | st.text("xyz", min_size=1, max_size=3) | st.booleans()
+
+
+@st.composite
+def measured_cache(draw: st.DrawFn) -> dict[str, Any]:
+    """A Kernel Tuner cache of two knobs of mixed values (1, 1.0 and True are three), each configuration recorded with a
+    time, an error marker, or not at all (the first with a time: a cache with none is refused)."""
+    knobs = {name: list({(type(v).__name__, v): v for v in draw(st.lists(KNOB_VALUE, min_size=1, max_size=4))}.values())
+             for name in ("a", "b")}
+    cache = {}
+    for a in knobs["a"]:
+        for b in knobs["b"]:
+            time = draw(st.floats(0.01, 1000) if not cache else st.none() | st.sampled_from(list(T4_MARKERS)) | st.floats(0.01, 1000))
+            if time is not None:
+                cache[f"{a},{b}"] = {"a": a, "b": b, "time": time}
+    return {"tune_params_keys": ["a", "b"], "tune_params": knobs, "cache": cache}
+
+
+@settings(max_examples=25, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(data=measured_cache())
+def test_every_evaluation_of_a_study_exported_as_t4_replays_as_it_was_recorded(data, tmp_path):
+    """Whatever a cache records, a study's T4 export holds each configuration the study evaluated, once, with its
+    recorded time or the invalidity its marker means, and replaying the export gives each the same value."""
+    from tuner import service
+
+    path = tmp_path / "measured.json"
+    path.write_text(json.dumps(data))
+    workspace = tmp_path / "ws"
+    workspace.mkdir(exist_ok=True)
+    ctx = service.Context.create(workspace, objective=f"cache:{path}")
+    study = service.search_plans(ctx, max_evals=len(data["tune_params"]["a"]) * len(data["tune_params"]["b"]), seed=0)["study"]
+    service.export_results(ctx, study=study, out="results/out.json")
+    evaluated = len(dict.fromkeys(h for h, _ in ctx.history.outcomes(study)))
+    ctx.close()
+    results = json.loads((workspace / "results" / "out.json").read_text())["results"]
+    assert len(results) == evaluated and len({json.dumps(r["configuration"]) for r in results}) == evaluated
+    replayed = CacheObjective(workspace / "results" / "out.json")
+    idx = np.array([replayed.space.encode(r["configuration"]) for r in results], dtype=np.int16)
+    values = replayed.evaluate(idx, "time").cycles
+    for result, value in zip(results, values, strict=True):
+        record = data["cache"].get(f"{result['configuration']['a']},{result['configuration']['b']}", {}).get("time")
+        if isinstance(record, float):
+            assert result["invalidity"] == "correct" and value == record == result["measurements"][0]["value"]
+        else:
+            assert result["invalidity"] == T4_MARKERS.get(record, "runtime") and value == math.inf and not result["measurements"]
