@@ -713,6 +713,13 @@ def _telemetry_tools(ctx: Context) -> list[str]:
     return tools
 
 
+def _written(ctx: Context, kind: str, path: str, text: str) -> dict[str, Any]:
+    """Write ``text`` to workspace file ``path`` as a write of ``kind``: its path in the workspace and the backup kept
+    of the file it replaced (``None`` for a new file)."""
+    backup = ctx.workspace.write(kind, path, text)
+    return {"path": str(PurePosixPath(ctx.workspace.path(path).relative_to(ctx.workspace.root))), "backup": backup}
+
+
 def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_DIR}/results.t4.json") -> dict[str, Any]:
     """Write the evaluations of ``study`` (default: the objective's study updated last), in the order it made them, to
     ``out`` under results/ as a T4 results file: the community's format of tuning results, which Kernel Tuner writes
@@ -743,9 +750,8 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
     metadata = {"tuner": f"tensor-plan-optimizer {package_version()}", "study": name, "objective": objective,
                 **({"timeunit": "milliseconds"} if ctx.unit == "ms" else {"unit": ctx.unit})}
     text = json.dumps({"schema_version": T4_VERSION, "metadata": metadata, "results": results}, indent=1) + "\n"
-    backup = ctx.workspace.write("output", out, text)
-    return {"path": str(PurePosixPath(ctx.workspace.path(out).relative_to(ctx.workspace.root))), "backup": backup, "study": name,
-            "results": len(results), "failed": sum(r["invalidity"] != "correct" for r in results)}
+    return _written(ctx, "output", out, text) | {"study": name, "results": len(results),
+                                                 "failed": sum(r["invalidity"] != "correct" for r in results)}
 
 
 def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None = None) -> dict[str, Any]:
@@ -769,8 +775,7 @@ def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None
                           "dev_best_cycles": dev["best_cycles"]},
               "mode": "final", "plan_hash": plan_hash(plan), "plan": plan,
               "used_harness_tools": used, "used_harness_artifacts": artifacts}
-    backup = ctx.workspace.write("result", path, json.dumps(result, indent=2) + "\n")
-    return {"path": str(PurePosixPath(ctx.workspace.path(path).relative_to(ctx.workspace.root))), "backup": backup, **result}
+    return _written(ctx, "result", path, json.dumps(result, indent=2) + "\n") | result
 
 
 # --- the report ---------------------------------------------------------------------------------
@@ -788,9 +793,8 @@ def report(ctx: Context, out: str = f"{OUTPUT_DIR}/report.html") -> dict[str, An
         raise ServiceError(f"out must name an .html file under {OUTPUT_DIR}/, got {quoted(out)}")
     info = report_info(ctx)
     title = f"Tuning report: {ctx.objective.label} ({ctx.objective.name})"
-    backup = ctx.workspace.write("output", out, page(title, info, ctx.unit, ctx.objective.optimum))
-    return {"path": str(PurePosixPath(ctx.workspace.path(out).relative_to(ctx.workspace.root))), "backup": backup,
-            "sections": [k for k, v in info.items() if v]}
+    return _written(ctx, "output", out, page(title, info, ctx.unit, ctx.objective.optimum)) | {
+        "sections": [k for k, v in info.items() if v]}
 
 
 def report_info(ctx: Context) -> dict[str, Any]:
