@@ -740,6 +740,10 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
     rows = {mode: ctx.history.cached(objective, mode, members) for mode in ctx.objective.modes}
     killed = ctx.history.timed_out(objective, first)
     reasons = {t.user_attrs["plan_hash"]: t.user_attrs["reason"] for t in ctx.history.trials(name) if "reason" in t.user_attrs}
+    unknown = [h for h in members if h in rows[first] and rows[first][h].cycles is None and h not in reasons | killed.keys()]
+    if unknown and getattr(ctx.objective, "timeout_s", None) is None:      # a failure whose trial was thinned, where asking
+        result = ctx.objective.evaluate(np.stack([rows[first][h].idx for h in unknown]), first)    # again is a lookup, not a run
+        reasons |= {h: why for h, why in zip(unknown, result.reasons, strict=False) if why is not None}
     results = []
     for h in (h for h in members if h in rows[first]):
         row = rows[first][h]

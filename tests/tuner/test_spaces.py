@@ -16,6 +16,7 @@ import numpy as np
 import pytest
 from conftest import ROOT, toy_cache
 
+from tuner import search as search_module
 from tuner import service
 from tuner.history import History
 from tuner.objectives.base import RULED_OUT
@@ -236,13 +237,18 @@ T4_RESULTS_SCHEMA = {                                  # the constraints of the 
                                "unit": {"type": "string"}}}}}}}}}
 
 
-def test_a_study_exported_as_t4_results_replays_as_the_measurements_it_made(tmp_path):
+@pytest.mark.parametrize("thinned", [False, True])
+def test_a_study_exported_as_t4_results_replays_as_the_measurements_it_made(tmp_path, monkeypatch, thinned):
     records = {(32, 1): 3.0, (32, 2): "CompilationFailedConfig", (64, 1): 2.0, (64, 2): 1.5, (128, 1): "InvalidConfig"}
     cache = toy_cache(tmp_path, records)                                       # (128, 2) was not measured
     workspace = tmp_path / "ws"
     workspace.mkdir()
+    if thinned:                                          # a long run's trials: its failures' reasons are not kept
+        monkeypatch.setattr(search_module, "DASHBOARD_TRIALS", 0)
+        monkeypatch.setattr(search_module, "THIN_EVERY", 10**9)
     ctx = service.Context.create(workspace, objective=f"cache:{cache}")
     searched = service.search_plans(ctx, strategy="quick", max_evals=10, seed=0)
+    assert (len(ctx.history.trials(searched["study"])) < 6) is thinned        # thinned: the first trial and the improvements
     exported = service.export_results(ctx)
     assert exported == {"path": "results/results.t4.json", "backup": None, "study": searched["study"], "results": 6, "failed": 3}
     written = (workspace / exported["path"]).read_bytes()
