@@ -197,7 +197,8 @@ COMMANDS: dict[str, Command] = {
         "write the HTML report of the history (plotly, works offline)"),
     "export_results": (service.export_results, lambda p: (
         p.add_argument("--study", default=None, metavar="NAME",
-                       help="a study of the objective (resume_search_history lists them; default: the one updated last)"),
+                       help="a study of the objective, or the start of its name (resume_search_history lists them; "
+                            "default: the one updated last)"),
         p.add_argument("--out", default=f"{OUTPUT_DIR}/results.t4.json", metavar="PATH",
                        help=f"a JSON file under {OUTPUT_DIR}/ (default %(default)s)")),
         "write a study's evaluations as a T4 results file (the community's tuning-results format, which cache:PATH replays)"),

@@ -732,9 +732,14 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
     studies = {s["study_name"]: s for s in ctx.history.sweeps() if s["objective"] == ctx.objective.name}
     if study is None and not studies:
         raise ServiceError(f"the history holds no study of {ctx.objective.name}: nothing to export")
-    name = max(studies.values(), key=lambda s: (s["updated"], s["study_name"]))["study_name"] if study is None else study
-    if name not in studies:
-        raise ServiceError(f"the history holds no study {quoted(name)} of {ctx.objective.name} (resume_search_history lists its studies)")
+    if study is None:
+        name = max(studies.values(), key=lambda s: (s["updated"], s["study_name"]))["study_name"]
+    else:                                                # a study's name, or the start of one name only
+        named = [study] if study in studies else [n for n in studies if n.startswith(study)]
+        if len(named) != 1:
+            which = f"{len(named)} studies, such as {', '.join(quoted(n, 200) for n in named[:3])}" if named else "no study"
+            raise ServiceError(f"{quoted(study)} names {which} of {ctx.objective.name} (resume_search_history lists them)")
+        name = named[0]
     first, objective = _first_last(ctx)[0], ctx.objective.name
     members = list(dict.fromkeys(h for h, _ in ctx.history.outcomes(name)))        # each plan once, in the order first seen
     rows = {mode: ctx.history.cached(objective, mode, members) for mode in ctx.objective.modes}

@@ -270,7 +270,9 @@ def test_a_study_exported_as_t4_results_replays_as_the_measurements_it_made(tmp_
     ctx.close()
     command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--objective", f"cache:{cache}", "export_results"]
     out = subprocess.run([*command, "--study", "quick:nope"], capture_output=True, text=True, timeout=120, cwd=ROOT)
-    assert out.returncode == 2 and "no study 'quick:nope'" in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    assert out.returncode == 2 and "'quick:nope' names no study" in out.stderr and out.stderr.count("\n") == 1, out.stderr
+    out = subprocess.run([*command, "--study", "quick:space:time:seed0", "--json"], capture_output=True, text=True, timeout=120, cwd=ROOT)
+    assert out.returncode == 0 and json.loads(out.stdout)["study"] == searched["study"], out.stderr     # the start of its name
 
 
 @pytest.mark.parametrize(("value", "correct", "failure", "invalidity"), [
