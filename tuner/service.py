@@ -721,10 +721,11 @@ def _written(ctx: Context, kind: str, path: str, text: str) -> dict[str, Any]:
 
 
 def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_DIR}/results.t4.json") -> dict[str, Any]:
-    """Write the evaluations of ``study`` (default: the objective's study updated last), in the order it made them, to
-    ``out`` under results/ as a T4 results file: the community's format of tuning results, which Kernel Tuner writes
-    too and ``cache:PATH`` replays. Each result is a configuration, its value in each mode the history holds (in the
-    objective's unit) and its invalidity: ``correct``, ``correctness`` (a value that failed the problem's check),
+    """Write the evaluations of ``study`` (default: the objective's study updated last; the start of one study's name
+    will do), in the order it made them, to ``out`` under results/ as a T4 results file: the community's format of
+    tuning results, which Kernel Tuner writes too and ``cache:PATH`` replays. Each result is a configuration, its
+    value in each mode the history holds (in the objective's unit; every measurement as ``runtimes`` where it was
+    measured repeatedly) and its invalidity: ``correct``, ``correctness`` (a value that failed the problem's check),
     ``timeout``, ``compile``, ``constraints`` or ``runtime`` (any other failure). An ``exhaustive`` sweep keeps its
     ranges' best only: those are what it exports. The same history gives the same bytes."""
     if not isinstance(out, str) or not out.endswith(".json"):
@@ -744,7 +745,8 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
     members = list(dict.fromkeys(h for h, _ in ctx.history.outcomes(name)))        # each plan once, in the order first seen
     rows = {mode: ctx.history.cached(objective, mode, members) for mode in ctx.objective.modes}
     killed = ctx.history.timed_out(objective, first)
-    reasons = {t.user_attrs["plan_hash"]: t.user_attrs["reason"] for t in ctx.history.trials(name) if "reason" in t.user_attrs}
+    kept = {t.user_attrs["plan_hash"]: t.user_attrs for t in ctx.history.trials(name)}      # reasons, repeated measurements
+    reasons = {h: attrs["reason"] for h, attrs in kept.items() if "reason" in attrs}
     unknown = [h for h in members if h in rows[first] and rows[first][h].cycles is None and h not in reasons | killed.keys()]
     if unknown and getattr(ctx.objective, "timeout_s", None) is None:      # a failure whose trial was thinned, where asking
         result = ctx.objective.evaluate(np.stack([rows[first][h].idx for h in unknown]), first)    # again is a lookup, not a run
@@ -755,7 +757,8 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
         values = {mode: number(rows[mode][h].cycles) if h in rows[mode] else None for mode in ctx.objective.modes}
         failure = "timeout" if h in killed else reasons.get(h)
         results.append(t4_result(ctx.objective.space.decode(row.idx), values, ctx.unit,
-                                 all(rows[mode][h].correct for mode in ctx.objective.modes if h in rows[mode]), failure))
+                                 all(rows[mode][h].correct for mode in ctx.objective.modes if h in rows[mode]), failure,
+                                 kept.get(h, {}).get("samples")))
     metadata = {"tuner": f"tensor-plan-optimizer {package_version()}", "study": name, "objective": objective,
                 **({"timeunit": "milliseconds"} if ctx.unit == "ms" else {"unit": ctx.unit})}
     text = json.dumps({"schema_version": T4_VERSION, "metadata": metadata, "results": results}, indent=1) + "\n"

@@ -199,6 +199,23 @@ def test_a_noisy_program_is_valued_by_the_median_of_its_runs(kernel):
     assert result.samples == [[73.0, 65.0, 64.0]] and result.cycles[0] == 65.0
 
 
+def test_a_noisy_programs_study_exports_every_measurement_of_each_configuration(kernel):
+    """T4's runtimes: each run of a configuration measured repeatedly, the median of which is its value."""
+    (kernel / "bench.py").write_text("import json, os, sys\nc = json.load(sys.stdin)\n"
+                                     "n = int(open('count').read()) + 1 if os.path.exists('count') else 1\n"
+                                     "open('count', 'w').write(str(n))\nprint(c['bx'] + [0, 9, 1][n % 3])\n")
+    problem = ("--objective", "command:bench.py", "--space", "space.t1.json", "--repeats", "3")
+    searched = _tuner(kernel, *problem, "search_plans", "--max-evals", "4", "--seed", "1")
+    assert searched.returncode == 0, searched.stderr
+    exported = _tuner(kernel, *problem, "export_results")
+    assert exported.returncode == 0, exported.stderr
+    results = json.loads((kernel / "results" / "results.t4.json").read_text())["results"]
+    assert len(results) == 4
+    for result in results:
+        runs, value = result["times"]["runtimes"], result["measurements"][0]["value"]
+        assert len(runs) == 3 and sorted(runs)[1] == value and {run - result["configuration"]["bx"] for run in runs} == {0, 1, 9}
+
+
 def test_an_executable_program_gets_its_arguments_and_no_shell(kernel):
     script = kernel / "tools" / "bench.sh"
     script.parent.mkdir()

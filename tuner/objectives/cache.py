@@ -59,10 +59,12 @@ def _t4_time(result: dict[str, Any], where: str) -> Any:
     return next((m.get("value") for m in measurements if isinstance(m, dict) and m.get("name") == MODE), NO_TIME)
 
 
-def t4_result(config: dict[str, Any], values: dict[str, float | None], unit: str, correct: bool, failure: str | None) -> dict[str, Any]:
+def t4_result(config: dict[str, Any], values: dict[str, float | None], unit: str, correct: bool, failure: str | None,
+              runtimes: list[float] | None = None) -> dict[str, Any]:
     """One configuration's T4 result: ``values`` by mode (the first the objective; ``None`` where it has none),
-    whether it passed the problem's check, and ``failure``, why it has no value: a search's reason, ``"timeout"``
-    for a run killed at its time limit, or ``None`` (not known)."""
+    whether it passed the problem's check, ``failure``, why it has no value: a search's reason, ``"timeout"``
+    for a run killed at its time limit, or ``None`` (not known); ``runtimes``: every measurement of the objective's
+    value where it was measured repeatedly (its median is the value)."""
     objective = next(iter(values))
     if values[objective] is not None:
         invalidity = "correct" if correct else "correctness"
@@ -71,7 +73,8 @@ def t4_result(config: dict[str, Any], values: dict[str, float | None], unit: str
     else:
         invalidity = next((category for category, marker in (*T4_INVALIDITY.items(), ("constraints", RULED_OUT))
                            if failure and marker in failure), "runtime")
-    return {"configuration": config, "times": {}, "invalidity": invalidity, "correctness": 1 if correct else 0,
+    return {"configuration": config, "times": {"runtimes": runtimes} if runtimes else {}, "invalidity": invalidity,
+            "correctness": 1 if correct else 0,
             "measurements": [{"name": mode, "value": value, "unit": unit} for mode, value in values.items() if value is not None],
             "objectives": [objective]}
 
