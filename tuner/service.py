@@ -747,7 +747,8 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
     killed = ctx.history.timed_out(objective, first)
     kept = {t.user_attrs["plan_hash"]: t.user_attrs for t in ctx.history.trials(name)}      # reasons, repeated measurements
     reasons = {h: attrs["reason"] for h, attrs in kept.items() if "reason" in attrs}
-    unknown = [h for h in members if h in rows[first] and rows[first][h].cycles is None and h not in reasons | killed.keys()]
+    known = reasons.keys() | killed.keys()
+    unknown = [h for h in members if h in rows[first] and rows[first][h].cycles is None and h not in known]
     if unknown and getattr(ctx.objective, "timeout_s", None) is None:      # a failure whose trial was thinned, where asking
         result = ctx.objective.evaluate(np.stack([rows[first][h].idx for h in unknown]), first)    # again is a lookup, not a run
         reasons |= {h: why for h, why in zip(unknown, result.reasons, strict=False) if why is not None}
