@@ -191,19 +191,20 @@ def test_a_run_that_leaves_a_daemon_holding_its_output_ends_when_the_program_end
     assert result.cycles[0] == 1.5 and result.reasons == [None] and alive   # not a timeout: the program had ended
 
 
+NOISY = ("import json, os, sys\nc = json.load(sys.stdin)\n"                      # bx + 9, 1, 0, 9, 1, 0... by the runs' count
+         "n = int(open('count').read()) + 1 if os.path.exists('count') else 1\n"
+         "open('count', 'w').write(str(n))\nprint(c['bx'] + [0, 9, 1][n % 3])\n")
+
+
 def test_a_noisy_program_is_valued_by_the_median_of_its_runs(kernel):
-    (kernel / "bench.py").write_text("import json, os, sys\nc = json.load(sys.stdin)\n"
-                                     "n = int(open('count').read()) + 1 if os.path.exists('count') else 1\n"
-                                     "open('count', 'w').write(str(n))\nprint(c['bx'] + [0, 9, 1][n % 3])\n")
+    (kernel / "bench.py").write_text(NOISY)
     result = _measured(kernel, repeats=3)
     assert result.samples == [[73.0, 65.0, 64.0]] and result.cycles[0] == 65.0
 
 
 def test_a_noisy_programs_study_exports_every_measurement_of_each_configuration(kernel):
     """T4's runtimes: each run of a configuration measured repeatedly, the median of which is its value."""
-    (kernel / "bench.py").write_text("import json, os, sys\nc = json.load(sys.stdin)\n"
-                                     "n = int(open('count').read()) + 1 if os.path.exists('count') else 1\n"
-                                     "open('count', 'w').write(str(n))\nprint(c['bx'] + [0, 9, 1][n % 3])\n")
+    (kernel / "bench.py").write_text(NOISY)
     problem = ("--objective", "command:bench.py", "--space", "space.t1.json", "--repeats", "3")
     searched = _tuner(kernel, *problem, "search_plans", "--max-evals", "4", "--seed", "1")
     assert searched.returncode == 0, searched.stderr
