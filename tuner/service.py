@@ -24,6 +24,7 @@ from tuner import gate, noise, package_version
 from tuner.claims import studies_at_work
 from tuner.history import History, resolve_url, sqlite_file
 from tuner.objectives import Objective
+from tuner.objectives.base import value_key
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.objectives.cache import T4_VERSION, CacheObjective, t4_result
 from tuner.objectives.command import CommandObjective, ProgramObjective
@@ -293,7 +294,7 @@ def _repeats(value: Any, least: int = 1) -> int:
 def benchmark_plan(ctx: Context, plan: str | dict[str, Any] | None = None, modes: list[str] | None = None,
                    repeats: int = 1) -> dict[str, Any]:
     """Reports of a plan in each of ``modes`` (default: every mode of the problem) and each mode's value (``best_cycles``
-    for the tensor plan, ``time_ms`` for other problems); with ``repeats`` > 1, the plan is also scored that many times
+    for the tensor plan, ``time_ms`` for a time in ms: :func:`value_key`); with ``repeats`` > 1, the plan is also scored that many times
     per mode: median, spread and the median's 95% interval."""
     modes = list(modes) if modes is not None else list(ctx.objective.modes)
     if not modes or len(set(modes)) != len(modes):
@@ -301,9 +302,10 @@ def benchmark_plan(ctx: Context, plan: str | dict[str, Any] | None = None, modes
     repeats = _repeats(repeats)
     resolved, label = _plan(ctx, plan)
     reports = {m: ctx.objective.report(resolved, _mode(ctx, m)) for m in modes}
+    key = "best_cycles" if ctx.is_plan else value_key(ctx.objective.modes[0], ctx.unit)
     out = {"plan_source": label, "plan_hash": ctx.objective.space.hash(resolved), "reports": reports,
            "correct_in_all": all(r.get("correct") for r in reports.values()),
-           ("best_cycles" if ctx.is_plan else "time_ms"): {m: r.get("best_cycles", r.get("time_ms")) for m, r in reports.items()}}
+           key: {m: r.get(key) for m, r in reports.items()}}
     if repeats > 1:
         measured = gate.measure(ctx.objective, resolved, repeats, modes)
         out["repeated"] = {m: noise.summary(measured[m]["samples"]) for m in modes}

@@ -275,6 +275,40 @@ def test_a_study_exported_as_t4_results_replays_as_the_measurements_it_made(tmp_
     assert out.returncode == 0 and json.loads(out.stdout)["study"] == searched["study"], out.stderr     # the start of its name
 
 
+def test_a_tensor_plan_study_exported_as_t4_replays_in_its_own_mode_and_unit(workspace):
+    ctx = service.Context.create(workspace)
+    searched = service.search_plans(ctx, strategy="quick", max_evals=12, seed=0)
+    exported = service.export_results(ctx)
+    replayed = CacheObjective(workspace / exported["path"])        # the file measures dev (cycles), not a time
+    assert (replayed.modes, replayed.unit) == (("dev",), "cycles")
+    made = {h: value for h, value in ctx.history.outcomes(searched["study"])}
+    rows = ctx.history.cached(ctx.objective.name, "dev", list(made))
+    for h, value in made.items():
+        row = replayed.space.encode(ctx.objective.space.decode(rows[h].idx))
+        assert replayed.cycles(row[None])[0] == (value if value is not None else np.inf)
+    best = ctx.objective.space.decode(rows[min((h for h in made if made[h] is not None), key=made.__getitem__)].idx)
+    ctx.close()
+    (workspace / "best.json").write_text(json.dumps(best))
+    out = _cli("--objective", f"cache:{workspace / exported['path']}", "--json", "benchmark_plan", "--plan", "best.json", cwd=workspace)
+    assert out.returncode == 0, out.stderr
+    assert json.loads(out.stdout)["dev_cycles"] == {"dev": min(v for v in made.values() if v is not None)}
+
+
+def test_a_t4_file_is_replayed_by_its_time_and_refused_where_it_would_be_maximized(tmp_path):
+    results = [_t4_result({"bx": bx}, time) for bx, time in [(32, 2.0), (64, 1.0)]]
+    for result in results:                              # Kernel Tuner's file when tuned for GFLOP/s: the time is there too
+        result["measurements"].append({"name": "GFLOP/s", "value": 10 / result["measurements"][0]["value"], "unit": ""})
+        result["objectives"] = ["GFLOP/s"]
+    (tmp_path / "gflops.json").write_text(json.dumps({"results": results}))
+    objective = CacheObjective(tmp_path / "gflops.json")
+    assert (objective.modes, objective.unit, objective.optimum) == (("time",), "ms", 1.0)
+    for result in results:
+        del result["measurements"][0]                   # GFLOP/s alone: higher is better, which a minimizer would get wrong
+    (tmp_path / "gflops.json").write_text(json.dumps({"results": results}))
+    with pytest.raises(SpaceError, match="objective 'GFLOP/s' is higher-is-better and it measures no time"):
+        CacheObjective(tmp_path / "gflops.json")
+
+
 @pytest.mark.parametrize(("value", "correct", "failure", "invalidity"), [
     (1.5, True, None, "correct"), (1.5, False, None, "correctness"), (None, False, "timeout", "timeout"),
     (None, False, "CompilationFailedConfig", "compile"), (None, False, "RuntimeFailedConfig", "runtime"),

@@ -23,6 +23,11 @@ def as_float(value: Any) -> float:
         return math.nan
 
 
+def value_key(mode: str, unit: str) -> str:
+    """The key of a measured problem's value in its report: its mode and unit (``time_ms``: a time in ms)."""
+    return f"{mode}_{unit}"
+
+
 @dataclass
 class Evaluations:
     """Results for a batch of configurations (aligned arrays).

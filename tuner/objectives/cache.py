@@ -22,20 +22,24 @@ from typing import Any
 
 import numpy as np
 
-from tuner.objectives.base import RULED_OUT, TIME, Evaluations, as_float
+from tuner.objectives.base import RULED_OUT, TIME, Evaluations, as_float, value_key
 from tuner.space import Config, Space, SpaceError, load_space, read_json, space_from_cache, space_from_tune_params
 
 MODE = TIME
 ERROR_MARKERS = ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "ErrorConfig")
 NOT_MEASURED = "not measured"
-NO_TIME = "no time measurement"                 # a record that holds neither a time nor an error marker
+NO_VALUE = "no {} measurement"                  # a record that holds neither a value nor an error marker
+HIGHER_IS_BETTER = ("GFLOP/s", "TFLOP/s", "GB/s", "TB/s", "GFLOPS/W", "TFLOPS/W", "GFLOP/J", "TFLOP/J", "fitness")
 T4_INVALIDITY = {"compile": "CompilationFailedConfig", "runtime": "RuntimeFailedConfig", "constraints": "InvalidConfig"}
 T4_VERSION = "1.0.0"                            # the T4 results schema written (Kernel Tuner 1.5 writes the same)
 MAX_NAMED = 20                                  # knob names quoted in an error, at most
 MAX_REASONS = 3                                 # kinds of failed record an error counts, at most
 
 
-def _kernel_tuner(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[dict[str, Any], Any]]]:
+Records = list[tuple[dict[str, Any], Any]]     # each configuration with its value or why it has none
+
+
+def _kernel_tuner(data: dict[str, Any], source: str) -> tuple[Space, Records, str, str]:
     space = space_from_cache(data, source)
     records = data.get("cache")
     if not isinstance(records, dict):
@@ -44,19 +48,37 @@ def _kernel_tuner(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[
     for key, record in records.items():
         if not isinstance(record, dict):
             raise SpaceError(f"{source}: cache record {str(key)[:40]!r} is not an object")
-        out.append((record, record.get("time", NO_TIME)))                # the record configures its knobs
-    return space, out
+        out.append((record, record.get(MODE, NO_VALUE.format(MODE))))    # the record configures its knobs
+    return space, out, MODE, "ms"
 
 
-def _t4_time(result: dict[str, Any], where: str) -> Any:
-    """A T4 result's time (ms), or why it has none: Kernel Tuner's marker for T4's ``invalidity``."""
+def _t4_quantity(results: list[Any], source: str) -> tuple[str, str]:
+    """What a T4 file's values are, and their unit: ``time`` (ms) where its results measure it (Kernel Tuner's always
+    do), else the objective its first result names (this tuner's export of the tensor plan: ``dev``, in cycles)."""
+    measured = [m for r in results if isinstance(r, dict) and isinstance(r.get("measurements"), list)
+                for m in r["measurements"] if isinstance(m, dict)]
+    if any(m.get("name") == MODE for m in measured):
+        return MODE, "ms"
+    named = next((r.get("objectives") for r in results if isinstance(r, dict) and r.get("objectives")), None)
+    if not isinstance(named, list) or not isinstance(named[0], str) or not named[0]:
+        return MODE, "ms"                                   # no value anywhere: said by the records' reasons
+    if named[0] in HIGHER_IS_BETTER:
+        raise SpaceError(f"{source}: its objective {named[0]!r} is higher-is-better and it measures no time; "
+                         "the tuner minimizes (lower is better)")
+    unit = next((m["unit"] for m in measured if m.get("name") == named[0] and isinstance(m.get("unit"), str)), "")
+    return named[0][:40], unit[:20] or "units"
+
+
+def _t4_value(result: dict[str, Any], quantity: str, where: str) -> Any:
+    """A T4 result's ``quantity``, or why it has none: Kernel Tuner's marker for T4's ``invalidity``."""
     invalidity = str(result.get("invalidity", "correct"))
     if invalidity != "correct":
         return T4_INVALIDITY.get(invalidity, invalidity[:40])
     measurements = result.get("measurements", [])
     if not isinstance(measurements, list):
         raise SpaceError(f"{where}: measurements must be a list")
-    return next((m.get("value") for m in measurements if isinstance(m, dict) and m.get("name") == MODE), NO_TIME)
+    return next((m.get("value") for m in measurements if isinstance(m, dict) and m.get("name") == quantity),
+                NO_VALUE.format(quantity))
 
 
 def t4_result(config: dict[str, Any], values: dict[str, float | None], unit: str, correct: bool, failure: str | None,
@@ -79,12 +101,14 @@ def t4_result(config: dict[str, Any], values: dict[str, float | None], unit: str
             "objectives": [objective]}
 
 
-def _t4(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[dict[str, Any], Any]]]:
-    """The records of a T4 results file, and the space their configurations span (each knob's values sorted)."""
+def _t4(data: dict[str, Any], source: str) -> tuple[Space, Records, str, str]:
+    """The records of a T4 results file, the space their configurations span (each knob's values sorted), and what
+    their values are, with the unit (:func:`_t4_quantity`)."""
     results = data.get("results")
     if not isinstance(results, list) or not results:
         raise SpaceError(f"{source}: a T4 results file needs a non-empty results list")
-    out: list[tuple[dict[str, Any], Any]] = []
+    quantity, unit = _t4_quantity(results, source)
+    out: Records = []
     for i, result in enumerate(results):
         config = result.get("configuration") if isinstance(result, dict) else None
         if not isinstance(config, dict) or not config:
@@ -94,11 +118,11 @@ def _t4(data: dict[str, Any], source: str) -> tuple[Space, list[tuple[dict[str, 
         for name, value in config.items():
             if not isinstance(value, int | float | str | bool):
                 raise SpaceError(f"{source}: results[{i}]: knob {str(name)[:40]!r}: {str(value)[:40]!r} is not a number, string or boolean")
-        out.append((config, _t4_time(result, f"{source}: results[{i}]")))
+        out.append((config, _t4_value(result, quantity, f"{source}: results[{i}]")))
     values = {name: [v for _, v in sorted({(type(c[name]).__name__, c[name]) for c, _ in out},     # 1, True and 1.0 are three values,
                                           key=lambda tv: (isinstance(tv[1], str), tv[1], tv[0]))]      # ordered by type when equal
               for name in out[0][0]}
-    return space_from_tune_params(values, list(values), Path(source).stem, source), out
+    return space_from_tune_params(values, list(values), Path(source).stem, source), out, quantity, unit
 
 
 def _outside(space: Space, config: dict[str, Any]) -> str:
@@ -122,17 +146,15 @@ def _closed(text: str) -> str:
 
 
 class CacheObjective:
-    """Scores configurations by looking up their recorded time (ms) in a measured cache."""
-
-    modes = (MODE,)
-    unit = "ms"
+    """Scores configurations by looking up their recorded value in a measured cache: the time (ms), or a T4 file's
+    objective where it measures no time (lower is better)."""
 
     def __init__(self, path: str | Path, space_path: str | Path | None = None) -> None:
         path = Path(path)
         data = read_json(path, "cache file", _closed)
         if not isinstance(data, dict):
             raise SpaceError(f"cache file {path.name!r} must hold a JSON object")
-        space, records = (_t4 if "results" in data and "cache" not in data else _kernel_tuner)(data, path.name)
+        space, records, quantity, self.unit = (_t4 if "results" in data and "cache" not in data else _kernel_tuner)(data, path.name)
         if space_path is not None:
             declared = load_space(space_path)
             if set(declared.names) != set(space.names):
@@ -140,6 +162,7 @@ class CacheObjective:
                                  f"the cache {sorted(space.names)}")
             space = declared
         self.space = space
+        self.modes = (quantity,)                          # what the values are: the recorded time, for Kernel Tuner
         self.source = path.name
         self.label = f"cache {path.name}"
         self._time: dict[bytes, float] = {}
@@ -176,7 +199,7 @@ class CacheObjective:
         return np.array([self._time.get(row.tobytes(), np.inf) for row in idx], dtype=np.float64)
 
     def reason(self, row: np.ndarray) -> str | None:
-        """Why a configuration has no time (``None`` when it has one)."""
+        """Why a configuration has no value (``None`` when it has one)."""
         key = np.asarray(row, dtype=np.int16).tobytes()
         if key in self._time:
             return None
@@ -193,8 +216,8 @@ class CacheObjective:
         row = self.space.encode(plan)
         time = float(self.cycles(row[None])[0])
         feasible = math.isfinite(time)
-        out: dict[str, Any] = {"mode": MODE, "source": self.source, "configuration": plan, "feasible": feasible,
-                               "time_ms": time if feasible else None, "correct": feasible}
+        out: dict[str, Any] = {"mode": self.modes[0], "source": self.source, "configuration": plan, "feasible": feasible,
+                               value_key(self.modes[0], self.unit): time if feasible else None, "correct": feasible}
         if not feasible:
             out["reason"] = self.reason(row)
         return out

@@ -35,7 +35,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from tuner.objectives.base import RULED_OUT, TIME, Evaluations, ObjectiveError, TimedOut, as_float
+from tuner.objectives.base import RULED_OUT, TIME, Evaluations, ObjectiveError, TimedOut, as_float, value_key
 from tuner.plan import SPACE, decode, plan_json
 from tuner.space import Config, Space
 from tuner.task.suites import MODES
@@ -315,7 +315,7 @@ class ProgramObjective(_Benchmark):
         result = self.evaluate(self.space.encode(plan)[None], mode)
         feasible = bool(result.feasible[0])
         out: dict[str, Any] = {"mode": TIME, "program": self.program, "configuration": plan, "feasible": feasible,
-                               "time_ms": float(result.cycles[0]) if feasible else None, "correct": feasible}
+                               value_key(TIME, self.unit): float(result.cycles[0]) if feasible else None, "correct": feasible}
         if not feasible:
             out["reason"] = result.reasons[0]
         if result.samples:
