@@ -60,7 +60,7 @@ from sqlalchemy.exc import ArgumentError, DBAPIError, InterfaceError, Operationa
 from sqlalchemy.pool import NullPool, StaticPool
 
 from tuner import stopping
-from tuner.objectives.base import Evaluations, Objective
+from tuner.objectives.base import MODE_CHARS, Evaluations, Objective
 from tuner.space import Space
 
 DEFAULT_PATH = Path("studies") / "history.db"
@@ -68,7 +68,7 @@ _META = MetaData()
 EVALUATIONS = Table(
     "tuner_evaluations", _META,
     Column("objective", String(64), primary_key=True),
-    Column("mode", String(16), primary_key=True),
+    Column("mode", String(MODE_CHARS), primary_key=True),
     Column("plan_hash", String(16), primary_key=True),
     Column("best_cycles", Float, nullable=True),
     Column("correct", Integer, nullable=False),
@@ -78,7 +78,7 @@ EVALUATIONS = Table(
 TIMEOUTS = Table(                                      # failed evaluations that were runs killed at a time limit
     "tuner_timeouts", _META,
     Column("objective", String(64), primary_key=True),
-    Column("mode", String(16), primary_key=True),
+    Column("mode", String(MODE_CHARS), primary_key=True),
     Column("plan_hash", String(16), primary_key=True),
     Column("limit_s", Float, nullable=False),
 )
@@ -87,7 +87,7 @@ SWEEPS = Table(
     Column("study_name", String(512), primary_key=True),
     Column("strategy", String(32), nullable=False),
     Column("objective", String(64), nullable=False),
-    Column("mode", String(16), nullable=False),
+    Column("mode", String(MODE_CHARS), nullable=False),
     Column("target", String(512), nullable=False),
     Column("state", String(16), nullable=False),       # running | stopped (budget or time) | cancelled | done (all but done resume)
     Column("evaluations", Integer, nullable=False),

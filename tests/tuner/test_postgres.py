@@ -64,6 +64,20 @@ def test_a_postgres_url_as_managed_services_write_it_names_the_same_history(post
         history.close()
 
 
+def test_a_t4_file_whose_objective_has_a_long_name_replays_on_postgres(postgres_url, tmp_path):
+    """The objective of a T4 file that measures no time names its mode, which PostgreSQL holds to the history's
+    length (SQLite does not): a longer name stopped the first write with 'value too long for type character varying'."""
+    results = [{"configuration": {"bx": bx}, "times": {}, "invalidity": "correct", "correctness": 1,
+                "measurements": [{"name": "nvml_energy_total_joules", "value": value, "unit": "J"}],
+                "objectives": ["nvml_energy_total_joules"]} for bx, value in [(32, 3.0), (64, 2.0), (128, 1.0)]]
+    (tmp_path / "energy.json").write_text(json.dumps({"schema_version": "1.0.0", "results": results}))
+    out = subprocess.run([sys.executable, "-m", "tuner", "--objective", "cache:energy.json", "--history", postgres_url, "--json",
+                          "search_plans", "--max-evals", "3"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert (result["mode"], result["best"]["plan"], result["of_optimum"]) == ("nvml_energy_tota", {"bx": 128}, 1.0)
+
+
 def test_four_processes_share_one_postgres_history(postgres_url, workspace):
     command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", postgres_url, "--json",
                "search_plans", "--strategy", "quick", "--seed", "7", "--max-evals", "120"]

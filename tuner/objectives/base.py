@@ -11,6 +11,7 @@ import numpy as np
 from tuner.space import Space
 
 TIME = "time"                                               # the one mode of a measured problem (ms, lower is better)
+MODE_CHARS = 16                                             # the longest name of a mode (the history keeps it so)
 RULED_OUT = "ruled out by the space's restrictions"
 
 

@@ -22,7 +22,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner.objectives.base import RULED_OUT, TIME, Evaluations, as_float, value_key
+from tuner.objectives.base import MODE_CHARS, RULED_OUT, TIME, Evaluations, as_float, value_key
 from tuner.space import Config, Space, SpaceError, load_space, read_json, space_from_cache, space_from_tune_params
 
 MODE = TIME
@@ -66,7 +66,7 @@ def _t4_quantity(results: list[Any], source: str) -> tuple[str, str]:
         raise SpaceError(f"{source}: its objective {named[0]!r} is higher-is-better and it measures no time; "
                          "the tuner minimizes (lower is better)")
     unit = next((m["unit"] for m in measured if m.get("name") == named[0] and isinstance(m.get("unit"), str)), "")
-    return named[0][:40], unit[:20] or "units"
+    return named[0], unit[:20] or "units"
 
 
 def _t4_value(result: dict[str, Any], quantity: str, where: str) -> Any:
@@ -162,7 +162,7 @@ class CacheObjective:
                                  f"the cache {sorted(space.names)}")
             space = declared
         self.space = space
-        self.modes = (quantity,)                          # what the values are: the recorded time, for Kernel Tuner
+        self.modes = (quantity[:MODE_CHARS],)             # what the values are: the recorded time, for Kernel Tuner
         self.source = path.name
         self.label = f"cache {path.name}"
         self._time: dict[bytes, float] = {}
