@@ -35,6 +35,7 @@ Value = int | float | str | bool
 Config = dict[str, Any]
 MAX_KNOBS = 64
 MAX_VALUES = 10_000                   # values of one knob
+MAX_NAME_CHARS = 100                  # of a knob's name (a history keeps a parameter's name in 512)
 MAX_EXACT_INT = 2**53                 # integer values beyond this would be shown (Optuna, the dashboard) as other numbers
 MAX_COUPLED_MOVES = 4096              # joint values of the declared groups of coupled knobs, all together
 MAX_JSON_BYTES = 1 << 30              # JSON text of one file, once decompressed: a cache of about a million records
@@ -395,7 +396,9 @@ def _exact(value: Any) -> bool:
 def make_knob(name: Any, values: Any, where: str, default: Any = None, kind: Any = None) -> Knob:
     """A knob from data; :class:`SpaceError` naming ``where`` when the values are not a list of scalars."""
     if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
-        raise SpaceError(f"{where}: knob name {name!r} is not allowed (a plain identifier)")
+        raise SpaceError(f"{where}: knob name {quoted(name)} is not allowed (a plain identifier)")
+    if len(name) > MAX_NAME_CHARS:
+        raise SpaceError(f"{where}: knob name {quoted(name)} is too long (at most {MAX_NAME_CHARS} characters)")
     if reserved(name):
         raise SpaceError(f"{where}: knob name {name!r} is not allowed: a restriction could not name it "
                          f"(a Python keyword, or one of the functions {', '.join(FUNCTION_NAMES)})")

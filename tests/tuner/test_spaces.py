@@ -149,6 +149,7 @@ def test_the_kernel_plan_catalogue_is_a_t1_file():
     ([{"Name": "x", "Values": [1, 2]}, {"Name": "s", "Values": ["a", "b"]}], ["x < s if s == 'b' else True"],   # fails for s = 'b' only
      "'<' not supported between instances of 'int' and 'str'"),
     ([{"Name": "x.y", "Values": [1, 2]}], [], "knob name"),
+    ([{"Name": "b" * 101, "Values": [1, 2]}], [], "b' (101 characters) is too long (at most 100 characters)"),
     ([{"Name": "True", "Values": [1, 2]}], [], "knob name 'True' is not allowed: a restriction could not name it"),   # True is the constant
     ([{"Name": "lambda", "Values": [1, 2]}], [], "knob name 'lambda' is not allowed"),
     ([{"Name": "len", "Values": [1, 2]}], [], "knob name 'len' is not allowed"),
