@@ -17,6 +17,7 @@ import hashlib
 import json
 import math
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -54,10 +55,13 @@ def _kernel_tuner(data: dict[str, Any], source: str) -> tuple[Space, Records, st
 
 def _t4_quantity(results: list[Any], source: str) -> tuple[str, str]:
     """What a T4 file's values are, and their unit: ``time`` (ms) where its results measure it (Kernel Tuner's always
-    do), else the objective its first result names (this tuner's export of the tensor plan: ``dev``, in cycles)."""
-    measured = [m for r in results if isinstance(r, dict) and isinstance(r.get("measurements"), list)
-                for m in r["measurements"] if isinstance(m, dict)]
-    if any(m.get("name") == MODE for m in measured):
+    do), else the objective its results name (this tuner's export of the tensor plan: ``dev``, in cycles)."""
+    def measured() -> Iterator[dict[str, Any]]:                 # read lazily: a time is seldom far from the start
+        for result in results:
+            if isinstance(result, dict) and isinstance(result.get("measurements"), list):
+                yield from (m for m in result["measurements"] if isinstance(m, dict))
+
+    if any(m.get("name") == MODE for m in measured()):
         return MODE, "ms"
     named = next((r.get("objectives") for r in results if isinstance(r, dict) and r.get("objectives")), None)
     if not isinstance(named, list) or not isinstance(named[0], str) or not named[0]:
@@ -65,7 +69,7 @@ def _t4_quantity(results: list[Any], source: str) -> tuple[str, str]:
     if named[0] in HIGHER_IS_BETTER:
         raise SpaceError(f"{source}: its objective {named[0]!r} is higher-is-better and it measures no time; "
                          "the tuner minimizes (lower is better)")
-    unit = next((m["unit"] for m in measured if m.get("name") == named[0] and isinstance(m.get("unit"), str)), "")
+    unit = next((m["unit"] for m in measured() if m.get("name") == named[0] and isinstance(m.get("unit"), str)), "")
     return named[0], unit[:20] or "units"
 
 
