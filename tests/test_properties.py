@@ -22,7 +22,7 @@ import anyio
 import jsonschema
 import numpy as np
 from conftest import changed_files, child_env, declared_write, fixture_plan, workspace_files
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, example, given, settings
 from hypothesis import strategies as st
 from mcp import Client, StdioServerParameters
 
@@ -81,6 +81,11 @@ GOOD_FILES = {
     "results.json": {"schema_version": "1.0.0", "results": [
         {"configuration": {"bx": 32, "tile": 1}, "invalidity": "correct", "measurements": [{"name": "time", "value": 2.5, "unit": "ms"}]},
         {"configuration": {"bx": 64, "tile": 2}, "invalidity": "compile", "measurements": [{"name": "time", "value": "x"}]}]},
+    "export.json": {"schema_version": "1.0.0", "metadata": {"unit": "cycles"}, "results": [     # a tensor-plan study's export
+        {"configuration": {"bx": 32, "tile": 1}, "invalidity": "correct", "objectives": ["dev"],
+         "measurements": [{"name": "dev", "value": 250, "unit": "cycles"}, {"name": "final", "value": 900, "unit": "cycles"}]},
+        {"configuration": {"bx": 64, "tile": 2}, "invalidity": "correctness", "objectives": ["dev"],
+         "measurements": [{"name": "dev", "value": 200, "unit": "cycles"}]}]},
     "space.t1.json": {"General": {"BenchmarkName": "toy"}, "ConfigurationSpace": {
         "TuningParameters": [{"Name": "bx", "Type": "int", "Values": "[32 * i for i in range(1, 3)]", "Default": 32},
                              {"Name": "tile", "Values": [1, 2]}],
@@ -112,6 +117,7 @@ def damaged(draw: st.DrawFn) -> tuple[str, Any]:
 
 @settings(suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(file=damaged())
+@example(file=("results.json", {"results": [{"configuration": {"bx": 32}, "invalidity": "line\nbreak"}]}))   # found by it
 def test_a_damaged_cache_results_or_space_file_is_read_whole_or_refused_with_a_space_error(file, tmp_path):
     name, doc = file
     path = tmp_path / name

@@ -25,6 +25,7 @@ from sqlalchemy.exc import SQLAlchemyError
 from tuner import package_version, positive_number, service, stopping, workers
 from tuner.history import OUTAGE_S, HistoryError, HistoryUnavailable, first_line, shown_url
 from tuner.objectives import ObjectiveError
+from tuner.objectives.base import brief
 from tuner.plan import PlanError
 from tuner.space import ProfileError, SpaceError
 from tuner.stopping import Terminated
@@ -318,10 +319,10 @@ def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
     base = result["baseline"]
     if ctx.is_plan:
         lines = [f"baseline: dev {value(base['dev'])}, final {value(base['final'])} (plan {base['plan_hash']})"
-                 + (f": {service.brief(base['reason'])}" if base.get("reason") else "")]
+                 + (f": {brief(base['reason'])}" if base.get("reason") else "")]
     else:
         lines = [f"the space's default: {mode} {value(base[mode])} (configuration {base['plan_hash']})" if base[mode] is not None
-                 else f"the space's default cannot run: {service.brief(base['reason'])} (configuration {base['plan_hash']})"]
+                 else f"the space's default cannot run: {brief(base['reason'])} (configuration {base['plan_hash']})"]
     for step in result["steps"]:
         if step["step"] == "not run":
             lines.append(f"  not run, {step['reason']}: {', '.join(step['searches'])} (a larger --time-s runs them; "

@@ -115,7 +115,7 @@ class SearchResult(Strict):
     seconds: float
     stopped: str = Field(description="why the search ended (budget, time, converged, exhausted, cancelled)")
     failed: int = Field(description="new evaluations without a value (infeasible, incorrect, failed runs, not measured)")
-    failure_reasons: dict[str, int] = Field(description="their most common reasons (first 100 characters), with counts")
+    failure_reasons: dict[str, int] = Field(description="their most common reasons (on one line, first 100 characters), with counts")
     cached_failed: int = Field(description="configurations the history holds as failed (an earlier run's or another study's "
                                            "evaluations): not measured again, so a failure the environment caused stays")
     best: Candidate | None

@@ -25,6 +25,7 @@ from tuner import stopping
 from tuner.claims import Worker
 from tuner.history import History, Row, TrialRecord, rows_of
 from tuner.objectives import Evaluations, Objective
+from tuner.objectives.base import brief
 from tuner.space import Space
 
 Progress = Callable[[int, int, str], None]
@@ -290,9 +291,9 @@ class Search:
         return rows
 
     def count_failed(self, reason: str, count: int = 1) -> None:
-        """Count ``count`` new evaluations without a value, by the start of their ``reason``."""
+        """Count ``count`` new evaluations without a value, by the start of their ``reason`` on one line (:func:`brief`)."""
         if count:
-            self.failures[reason[:REASON_CHARS]] += count
+            self.failures[brief(reason)[:REASON_CHARS]] += count
 
     def measure(self, idx: np.ndarray) -> np.ndarray:
         """Values of ``idx`` in the search's mode (``inf``: ruled out, infeasible or incorrect) for a sweep that claims

@@ -24,7 +24,7 @@ from tuner import gate, noise, package_version
 from tuner.claims import studies_at_work
 from tuner.history import History, resolve_url, sqlite_file
 from tuner.objectives import Objective
-from tuner.objectives.base import value_key
+from tuner.objectives.base import brief, value_key
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.objectives.cache import T4_VERSION, CacheObjective, t4_result
 from tuner.objectives.command import CommandObjective, ProgramObjective
@@ -177,12 +177,6 @@ class Context:
 def counted(number: int, noun: str) -> str:
     """``1 evaluation``, ``2,000 evaluations``."""
     return f"{number:,} {noun}{'' if number == 1 else 's'}"
-
-
-def brief(reason: str | None) -> str:
-    """A failure's reason on one line: its first and last lines, where a program's stderr makes it several."""
-    lines = [line.strip() for line in (reason or "no reason given").splitlines() if line.strip()] or ["no reason given"]
-    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
 
 
 def _log(ctx: Context, line: str) -> None:

@@ -228,6 +228,24 @@ def test_an_executable_program_gets_its_arguments_and_no_shell(kernel):
     assert json.loads(out.stdout)["time_ms"] == 4 and not list(kernel.rglob("pwned"))
 
 
+def test_a_crashing_programs_failures_are_counted_by_one_line_that_ends_with_its_error(kernel):
+    """A Python benchmark that raises prints a traceback: the search's result counts those runs under one line, the
+    traceback's first and last (the error), where it showed the traceback's first 100 characters across lines, a
+    private folder's path among them; each trial keeps the whole reason."""
+    raises = 'if c["tile"] == 8:\n    raise ValueError("tile 8 does not fit")\n'
+    (kernel / "bench.py").write_text(BENCH.replace("c = json.load(sys.stdin)\n", "c = json.load(sys.stdin)\n" + raises))
+    out = _tuner(kernel, "--objective", "command:bench.py", "--space", "space.t1.json", "--json",
+                 "search_plans", "--max-evals", "34")                       # every configuration the restriction allows
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    crashed = "bench.py exited 1: Traceback (most recent call last): ... ValueError: tile 8 does not fit"
+    assert result["failure_reasons"][crashed] == 4 and all("\n" not in why for why in result["failure_reasons"])
+    history = History(f"sqlite:///{kernel / 'studies' / 'history.db'}")
+    kept = [t.user_attrs["reason"] for t in history.trials(result["study"]) if "exited" in t.user_attrs.get("reason", "")]
+    history.close()
+    assert len(kept) == 4 and all(why.startswith("bench.py exited 1: Traceback") and "line 4, in <module>" in why for why in kept)
+
+
 @pytest.mark.parametrize(("first_line", "reason"), [
     (b"#!/bin/sh\r\n", "cannot be started: the interpreter its first line names, '/bin/sh\\r', does not exist"),    # saved on Windows
     (b"", "cannot be started: Exec format error (an executable script needs a first line such as #!/bin/sh)"),

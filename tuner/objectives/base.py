@@ -24,6 +24,12 @@ def as_float(value: Any) -> float:
         return math.nan
 
 
+def brief(reason: str | None) -> str:
+    """A failure's reason on one line: its first and last lines, where a program's stderr makes it several."""
+    lines = [line.strip() for line in (reason or "no reason given").splitlines() if line.strip()] or ["no reason given"]
+    return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
+
+
 def value_key(mode: str, unit: str) -> str:
     """The key of a measured problem's value in its report: its mode and unit (``time_ms``: a time in ms)."""
     return f"{mode}_{unit}"

@@ -23,7 +23,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner.objectives.base import MODE_CHARS, RULED_OUT, TIME, Evaluations, as_float, value_key
+from tuner.objectives.base import MODE_CHARS, RULED_OUT, TIME, Evaluations, as_float, brief, value_key
 from tuner.space import Config, Space, SpaceError, load_space, read_json, space_from_cache, space_from_tune_params
 
 MODE = TIME
@@ -181,7 +181,7 @@ class CacheObjective:
             if math.isfinite(value := as_float(time)) and value > 0:
                 self._time[key] = value
             else:
-                self._reason[key] = time if time in ERROR_MARKERS else f"ErrorConfig: {str(time)[:60]}"
+                self._reason[key] = time if time in ERROR_MARKERS else f"ErrorConfig: {brief(str(time))[:60]}"
         if not self._time:
             where = f"space file {Path(space_path).name!r}" if space_path is not None else "its tune_params"
             held = Counter(self._reason.values()).most_common(MAX_REASONS)
