@@ -398,13 +398,19 @@ def _run_workers(args: argparse.Namespace, argv: list[str]) -> int:
             ctx.close()
         result, code = workers.run(argv, args.workers, args.worker_env, mode)
     except INPUT_ERRORS as exc:
-        print(f"tuner {args.command}: error: {str(exc)[:MAX_PATH_CHARS * 2]}", file=sys.stderr)
-        return 2
+        return _bad_input(args.command, exc)
     except KeyboardInterrupt as exc:
         return _stopped(args.command, exc, "every worker saved its progress")
     _say_signalled_workers(args.command, result)
     print(json.dumps(result, indent=2) if args.json else "\n".join(readable(result)), flush=True)
     return code
+
+
+def _bad_input(command: str, exc: Exception) -> int:
+    """Say what was wrong with the input on one line of stderr (a message that quotes a value holding line breaks
+    has them as spaces); the exit status of bad input, 2."""
+    print(f"tuner {command}: error: {' '.join(str(exc).splitlines())[:MAX_PATH_CHARS * 2]}", file=sys.stderr)
+    return 2
 
 
 def _say_signalled_workers(command: str, result: dict[str, Any]) -> None:
@@ -486,8 +492,7 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
         else:
             print(_render_run(result, ctx) if args.command == "run" else "\n".join(readable(result)), flush=True)
     except INPUT_ERRORS as exc:
-        print(f"tuner {args.command}: error: {str(exc)[:MAX_PATH_CHARS * 2]}", file=sys.stderr)
-        return 2
+        return _bad_input(args.command, exc)
     except (ObjectiveError, HistoryError, SQLAlchemyError, OSError, workers.WorkerFailed) as exc:
         if isinstance(exc, BrokenPipeError):           # the reader (head, less) stopped reading: nothing is lost
             os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())

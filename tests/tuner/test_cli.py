@@ -71,7 +71,20 @@ def test_json_output_of_read_only_commands(workspace):
 def test_bad_input_exits_2_with_one_clear_line(workspace, args, fragment):
     out = tuner(workspace, *args)
     assert out.returncode == 2, out.stderr
-    assert fragment in out.stderr and "Traceback" not in out.stderr
+    *usage, said = out.stderr.splitlines()                          # argparse's own errors follow the usage
+    assert fragment in said and all(line.startswith(("usage: ", " ")) for line in usage) and "Traceback" not in out.stderr, out.stderr
+
+
+def test_bad_input_whose_message_quotes_line_breaks_is_still_one_line(workspace, capsys, monkeypatch):
+    from tuner.cli import COMMANDS, main
+    from tuner.space import SpaceError
+
+    def refuse(*args, **kwargs):
+        raise SpaceError("a record says 'first\nsecond'")          # as a file's own text may, where no quote escapes it
+
+    monkeypatch.setitem(COMMANDS, "rank_experiments", (refuse, *COMMANDS["rank_experiments"][1:]))
+    assert main(["--workspace", str(workspace), "rank_experiments"]) == 2
+    assert capsys.readouterr().err == "tuner rank_experiments: error: a record says 'first second'\n"
 
 
 def test_repeats_after_a_search_command_is_the_objective_s_and_after_a_gate_command_the_gate_s():
