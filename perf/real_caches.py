@@ -87,7 +87,7 @@ def _objective(cache: Path, t1: Path | None) -> CacheObjective:
 def _ours(cache: Path, t1: Path | None, strategy: str, seed: int, budget: int) -> list[float]:
     objective = _objective(cache, t1)
     search = Search(History(f"sqlite:///{tempfile.mkdtemp(prefix='perf-')}/h.db"), objective,
-                    Spec(strategy=strategy, mode="time", max_evals=budget, seed=seed,
+                    Spec(strategy=strategy, mode=objective.modes[0], max_evals=budget, seed=seed,
                          start=tuple(int(v) for v in objective.space.default())))
     STRATEGIES[strategy](search)
     return list(search.seen.values())                       # every value in the order it was first scored
