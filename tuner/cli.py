@@ -288,13 +288,16 @@ def _scalar(value: Any) -> str:
 
 
 def readable(value: Any, indent: int = 0) -> list[str]:
-    """``value`` (a tool's result) as indented ``key: value`` lines; lists of objects as items."""
+    """``value`` (a tool's result) as indented ``key: value`` lines; lists of objects as items; a text of several lines
+    as its lines, indented under ``key: |``."""
     pad = " " * indent
     if isinstance(value, dict):
         lines = []
         for key, item in value.items():
             if isinstance(item, dict | list) and item:
                 lines += [f"{pad}{key}:", *readable(item, indent + 2)]
+            elif isinstance(item, str) and "\n" in item.strip():      # a program's stderr: its lines, under the key
+                lines += [f"{pad}{key}: |", *(f"{pad}  {line}" for line in item.strip().splitlines())]
             else:
                 lines.append(f"{pad}{key}: {_scalar(item) if not isinstance(item, dict | list) else '-'}")
         return lines

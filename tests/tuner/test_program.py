@@ -244,6 +244,12 @@ def test_a_crashing_programs_failures_are_counted_by_one_line_that_ends_with_its
     kept = [t.user_attrs["reason"] for t in history.trials(result["study"]) if "exited" in t.user_attrs.get("reason", "")]
     history.close()
     assert len(kept) == 4 and all(why.startswith("bench.py exited 1: Traceback") and "line 4, in <module>" in why for why in kept)
+    (kernel / "tile8.json").write_text(json.dumps({"bx": 32, "tile": 8, "layout": "row"}))
+    out = _tuner(kernel, "--objective", "command:bench.py", "--space", "space.t1.json", "run_objective", "--plan", "tile8.json")
+    said = out.stdout.splitlines()                             # as text: the traceback's lines under the key, indented
+    at = said.index("reason: |")
+    assert out.returncode == 0 and said[at + 1] == "  bench.py exited 1: Traceback (most recent call last):", out.stdout
+    assert said[-1] == "  ValueError: tile 8 does not fit" and all(line.startswith("  ") for line in said[at + 1:])
 
 
 @pytest.mark.parametrize(("first_line", "reason"), [
