@@ -295,10 +295,11 @@ class Search:
         if count:
             self.failures[brief(reason)[:REASON_CHARS]] += count
 
-    def measure(self, idx: np.ndarray) -> np.ndarray:
+    def measure(self, idx: np.ndarray) -> tuple[np.ndarray, int]:
         """Values of ``idx`` in the search's mode (``inf``: ruled out, infeasible or incorrect) for a sweep that claims
-        its own ranges: those the history holds come from its evaluation cache, the others are scored and go into
-        it (not into the study's members or trials: a sweep keeps each range's best), so no plan is measured twice."""
+        its own ranges, and how many the objective scored now: those the history holds come from its evaluation cache,
+        the others are scored and go into it (not into the study's members or trials: a sweep keeps each range's
+        best), so no plan is measured twice."""
         values = np.full(len(idx), np.inf)
         allowed = np.flatnonzero(self.objective.feasible(idx))
         hashes = [self.space.hash_idx(idx[i]) for i in allowed]
@@ -309,7 +310,7 @@ class Search:
         for i, h in zip(allowed, hashes, strict=True):
             row = self.cache[h]
             values[i] = row.cycles if row.cycles is not None and row.correct else np.inf
-        return values
+        return values, len(todo)
 
     def sync(self) -> None:
         """Learn what this study's evaluations are, in order, since the last look: earlier runs' and other workers'."""

@@ -228,6 +228,22 @@ def test_an_executable_program_gets_its_arguments_and_no_shell(kernel):
     assert json.loads(out.stdout)["time_ms"] == 4 and not list(kernel.rglob("pwned"))
 
 
+def test_a_sweep_runs_no_configuration_the_history_measured_however_fast_it_answers(kernel, tmp_path):
+    """A sweep's first range is one configuration; when the history held it, the sweep took the cache's answer for the
+    program's speed, went on with the fast path and ran every other configuration again, measured or not, keeping none."""
+    log = tmp_path / "runs.log"
+    (kernel / "bench.py").write_text(f"import json, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(json.dumps(c) + '\\n')\n"
+                                     "print(c['bx'] / 32 + c['tile'] + (c['layout'] == 'col') / 2)\n")
+    (kernel / "studies").mkdir()
+    (kernel / "studies" / "every.json").write_text(json.dumps({"knobs": KNOBS}))       # the same plans as 'all'
+    common = ("--objective", "command:bench.py", "--space", "space.t1.json", "--json", "bounded_exhaustive_search", "--profile")
+    for profile in ("all", "every", "every"):
+        out = _tuner(kernel, *common, profile)
+        assert out.returncode == 0 and json.loads(out.stdout)["best"]["plan"] == {"bx": 32, "tile": 1, "layout": "row"}, out.stderr
+    ran = log.read_text().splitlines()
+    assert len(ran) == len(set(ran)) == 34                          # each configuration the restriction allows, once
+
+
 def test_a_crashing_programs_failures_are_counted_by_one_line_that_ends_with_its_error(kernel):
     """A Python benchmark that raises prints a traceback: the search's result counts those runs under one line, the
     traceback's first and last (the error), where it showed the traceback's first 100 characters across lines, a

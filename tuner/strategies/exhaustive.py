@@ -2,8 +2,9 @@
 
 Workers claim ranges of the profile (:mod:`tuner.claims`): a dead worker's range first, else the
 next one. A worker's first range is one plan; each next one is sized to take ``RANGE_S`` at the rate
-the last one was scored (at most ``GROWTH`` times larger, at most ``CHUNK``): a few plans for a
-benchmark that takes seconds per plan, large ranges for the vectorized model. Each
+the objective last scored plans (at most ``GROWTH`` times larger, at most ``CHUNK``): a few plans for a
+benchmark that takes seconds per plan, large ranges for the vectorized model. A range the history's
+cache answered whole says nothing of that rate: the next is ``GROWTH`` times larger, and as dear. Each
 range is scored with the objective's fast path and its best ``KEEP`` become its result; where scoring is dear
 (the last range ran below ``DEAR_BELOW`` plans a second: a real benchmark), every plan goes through the
 history's evaluation cache instead, so what was measured before is not measured again and what is
@@ -32,18 +33,19 @@ FINALISTS = 16
 DEAR_BELOW = 100.0                  # plans per second below which a range's every evaluation is kept in the history
 
 
-def _score(search: Search, start: int, stop: int, dear: bool) -> list[dict[str, object]]:
-    """The best ``KEEP`` plans of profile range ``[start, stop)``: index vector, value, position. A ``dear`` range
-    goes through the history's evaluation cache (:meth:`Search.measure`)."""
+def _score(search: Search, start: int, stop: int, dear: bool) -> tuple[list[dict[str, object]], int]:
+    """The best ``KEEP`` plans of profile range ``[start, stop)`` (index vector, value, position), and how many plans
+    the objective scored for it. A ``dear`` range goes through the history's evaluation cache (:meth:`Search.measure`):
+    what it holds is not scored again."""
     idx = search.spec.profile.plans(start, stop)
-    cycles = search.measure(idx) if dear else search.objective.cycles(idx, search.spec.mode)
+    cycles, scored = search.measure(idx) if dear else (search.objective.cycles(idx, search.spec.mode), len(idx))
     ruled_out = ~search.space.allowed(idx)
     cycles[ruled_out] = np.inf                                  # restrictions; the objective knows the rest
     search.count_failed(RULED_OUT, int(ruled_out.sum()))
     if not dear:                                                # measured ones are counted with their reasons
         search.count_failed("infeasible or incorrect", int((np.isinf(cycles) & ~ruled_out).sum()))
     keep = [k for k in np.argsort(cycles, kind="stable")[:KEEP] if np.isfinite(cycles[k])]
-    return [{"idx": [int(v) for v in idx[k]], "cycles": float(cycles[k]), "at": start + int(k)} for k in keep]
+    return [{"idx": [int(v) for v in idx[k]], "cycles": float(cycles[k]), "at": start + int(k)} for k in keep], scored
 
 
 def run(search: Search) -> Outcome:
@@ -63,14 +65,15 @@ def run(search: Search) -> Outcome:
         start, stop = claimed
         began = time.monotonic()
         dear = rate < DEAR_BELOW                                  # the first range (one plan) is treated as dear
-        kept = _score(search, start, stop, dear)
+        kept, scored = _score(search, start, stop, dear)
         if dear:
             search.flush()                                      # the measurements are written before the range is done
         search.worker.complete_range(start, kept)
         search.scored += stop - start
         search.report(search.evaluations, total, f"{stop - start:,} plans from {start:,}")
-        rate = (stop - start) / max(time.monotonic() - began, 1e-6)          # plans per second
-        size = int(np.clip(rate * RANGE_S, 1, min(GROWTH * size, CHUNK)))
+        if scored:                                              # the history's answers say nothing of the objective's speed
+            rate = scored / max(time.monotonic() - began, 1e-6)               # plans per second
+        size = int(np.clip(rate * RANGE_S if scored else GROWTH * size, 1, min(GROWTH * size, CHUNK)))
     best = sorted(search.worker.range_results(), key=lambda b: (b["cycles"], b["at"]))[:KEEP]
     finalists = np.array([b["idx"] for b in best], dtype=np.int16).reshape(-1, len(profile.choices))
     values = search.evaluate(finalists, {"phase": "finalist", "profile": profile.name}, counted=False) if len(finalists) else []
