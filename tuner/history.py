@@ -112,6 +112,12 @@ WORKERS = Table(
     Column("pid", Integer, nullable=False),
     Column("heartbeat", Float, nullable=False),         # the database's clock, seconds since the epoch
 )
+SPACES = Table(
+    "tuner_spaces", _META,                              # the space each measured objective scores (see History.adopt)
+    Column("objective", String(64), primary_key=True),
+    Column("measures", String(64), nullable=False),     # what it measures, whatever the space: its program and knob names
+    Column("knobs", Text, nullable=False),              # JSON [[name, [value, ...]], ...]: what its index vectors mean
+)
 CLAIMS = Table(
     "tuner_claims", _META,                              # every unit of a study's work, claimed once (see tuner.claims)
     Column("study_name", String(512), primary_key=True),
@@ -643,6 +649,49 @@ class History:
                 self.write(objective.name, mode, rows, replaced=stale)
             found |= {r.plan_hash: r for r in rows}
         return found
+
+    @outlasting_outages
+    def adopt(self, objective: Objective) -> int:
+        """Where ``objective`` is seen for the first time and measures what others of the history measured under other
+        spaces (the same program and knob names; values added, removed or reordered, other restrictions), copy their
+        evaluations of the configurations its space holds into its own, so that none is measured again; the number
+        copied. Each objective's space is recorded for that, once (a space recorded before this version is not)."""
+        measures = objective.measures
+        if measures is None or self.read_only:
+            return 0
+        space = objective.space
+        with self.begin() as connection:
+            known = dict(connection.execute(select(SPACES.c.objective, SPACES.c.knobs).where(SPACES.c.measures == measures)
+                                            .order_by(SPACES.c.objective)).all())
+            if objective.name in known:
+                return 0
+            evaluations: dict[tuple[str, str], dict[str, Any]] = {}       # (mode, plan hash): the first space's that has it
+            killed: dict[tuple[str, str], dict[str, Any]] = {}
+            for other, knobs in known.items():
+                names, choices = zip(*json.loads(knobs), strict=True)
+                moved: dict[str, str] = {}                  # the other space's plan hash -> this one's
+                for record in connection.execute(select(EVALUATIONS).where(EVALUATIONS.c.objective == other)):
+                    config = {name: values[i] for name, values, i in zip(names, choices, json.loads(record.plan), strict=True)}
+                    try:
+                        idx = space.encode(config)
+                    except (KeyError, ValueError):          # a value this space no longer holds
+                        continue
+                    moved[record.plan_hash] = h = space.hash_idx(idx)
+                    evaluations.setdefault((record.mode, h), {
+                        "objective": objective.name, "mode": record.mode, "plan_hash": h, "best_cycles": record.best_cycles,
+                        "correct": record.correct, "max_abs": record.max_abs, "plan": json.dumps([int(i) for i in idx])})
+                for r in connection.execute(select(TIMEOUTS).where(TIMEOUTS.c.objective == other)):
+                    if r.plan_hash in moved:
+                        killed.setdefault((r.mode, moved[r.plan_hash]), {"objective": objective.name, "mode": r.mode,
+                                                                         "plan_hash": moved[r.plan_hash], "limit_s": r.limit_s})
+            dialect_insert = sqlite_insert if self.sqlite else postgresql_insert
+            for table, values in ((EVALUATIONS, evaluations), (TIMEOUTS, killed)):
+                if values:
+                    connection.execute(dialect_insert(table).on_conflict_do_nothing(), list(values.values()))
+            knobs = json.dumps([[knob.name, list(knob.choices)] for knob in space.knobs])
+            connection.execute(dialect_insert(SPACES).on_conflict_do_nothing(),
+                               [{"objective": objective.name, "measures": measures, "knobs": knobs}])
+        return len(evaluations)
 
     # --- studies ----------------------------------------------------------------------------
 

@@ -136,7 +136,11 @@ class Context:
 
     @cached_property
     def history(self) -> History:
-        return History(self.history_url, read_only=not self.writes_history, log=self.log, outage_s=self.outage_s)
+        history = History(self.history_url, read_only=not self.writes_history, log=self.log, outage_s=self.outage_s)
+        if self.writes_history and (adopted := history.adopt(self.objective)):
+            _log(self, f"the history holds {counted(adopted, 'measurement')} of this program under another space of the same "
+                       "knobs: they are this space's too, and none is measured again")
+        return history
 
     @cached_property
     def objective(self) -> Objective:

@@ -78,6 +78,19 @@ def test_a_t4_file_whose_objective_has_a_long_name_replays_on_postgres(postgres_
     assert (result["mode"], result["best"]["plan"], result["of_optimum"]) == ("nvml_energy_tota", {"bx": 128}, 1.0)
 
 
+def test_a_programs_measurements_carry_over_to_a_grown_space_on_postgres(postgres_url, tmp_path):
+    log = tmp_path / "runs.log"
+    (tmp_path / "bench.py").write_text(f"import json, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write('x\\n')\n"
+                                       "print(c['bx'] / 32)\n")
+    for values in ([32, 64], [16, 32, 64]):
+        (tmp_path / "grid.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [{"Name": "bx", "Values": values}]}}))
+        out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(tmp_path), "--objective", "command:bench.py",
+                              "--space", "grid.t1.json", "--history", postgres_url, "--json", "bounded_exhaustive_search",
+                              "--profile", "all"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert out.returncode == 0 and json.loads(out.stdout)["best"]["plan"] == {"bx": values[0]}, out.stderr
+    assert "the history holds 2 measurements of this program" in out.stderr and len(log.read_text().split()) == 3
+
+
 def test_four_processes_share_one_postgres_history(postgres_url, workspace):
     command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", postgres_url, "--json",
                "search_plans", "--strategy", "quick", "--seed", "7", "--max-evals", "120"]

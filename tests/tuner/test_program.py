@@ -244,6 +244,39 @@ def test_a_sweep_runs_no_configuration_the_history_measured_however_fast_it_answ
     assert len(ran) == len(set(ran)) == 34                          # each configuration the restriction allows, once
 
 
+def test_a_program_is_not_run_again_on_what_it_measured_under_another_space_of_the_same_knobs(kernel, tmp_path):
+    """A real run can take minutes: a space that gains a value (here in front, so every position moves), loses one or
+    changes its restrictions reuses every measurement of the program its configurations hold. Other knob names, or
+    another program, measure again."""
+    log = tmp_path / "runs.log"
+    (kernel / "bench.py").write_text(f"import json, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(json.dumps(c) + '\\n')\n"
+                                     "bx, tile = c.values()\n"                     # whatever the second knob is named
+                                     "print(json.dumps({'time': abs(bx - 96) / 32 + tile}) if bx != 32 else 'oops')\n")
+
+    def sweep(bx: list[int], tile: list[int], restriction: str = "True", knob: str = "tile") -> tuple[dict, str, list[dict]]:
+        (kernel / "grid.t1.json").write_text(json.dumps({"ConfigurationSpace": {
+            "TuningParameters": [{"Name": "bx", "Values": bx}, {"Name": knob, "Values": tile}],
+            "Conditions": [{"Expression": restriction.replace("tile", knob)}]}}))
+        runs = len(log.read_text().splitlines()) if log.exists() else 0
+        out = _tuner(kernel, "--objective", "command:bench.py", "--space", "grid.t1.json", "--json",
+                     "bounded_exhaustive_search", "--profile", "all")
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout), out.stderr, [json.loads(line) for line in log.read_text().splitlines()[runs:]]
+
+    first, said, ran = sweep([32, 64, 96], [1, 2])
+    assert len(ran) == 6 and "under another space" not in said
+    grown, said, ran = sweep([128, 32, 64, 96], [1, 2])              # a value in front: every index vector moves
+    assert ran == [{"bx": 128, "tile": 1}, {"bx": 128, "tile": 2}], ran
+    assert "the history holds 6 measurements of this program under another space of the same knobs" in said
+    assert grown["best"]["plan"] == first["best"]["plan"] == {"bx": 96, "tile": 1} and grown["best"]["time"] == first["best"]["time"]
+    narrowed, said, ran = sweep([64, 96], [2, 1], "bx * tile <= 128")  # a value gone, the order and the restrictions changed
+    assert ran == [] and "the history holds 4 measurements" in said and narrowed["best"]["plan"] == {"bx": 96, "tile": 1}
+    _, said, ran = sweep([64, 96], [2, 1], "bx * tile <= 128")        # the same space: nothing carried over twice
+    assert ran == [] and "under another space" not in said
+    _, _, ran = sweep([64, 96], [1, 2], knob="tiles")                 # other knobs: another kernel's measurements
+    assert len(ran) == 4
+
+
 def test_a_crashing_programs_failures_are_counted_by_one_line_that_ends_with_its_error(kernel):
     """A Python benchmark that raises prints a traceback: the search's result counts those runs under one line, the
     traceback's first and last (the error), where it showed the traceback's first 100 characters across lines, a

@@ -78,7 +78,9 @@ class Objective(Protocol):
     the first the search objective and a second, where there is one, the held-out authority the gate checks;
     ``unit`` is what a value counts (``cycles``, ``ms``).
     ``optimum`` is the best value any allowed configuration has in the first mode where that is known (a replayed
-    cache's best recorded time), ``None`` elsewhere. An objective that runs a program also has ``timeout_s``, the
+    cache's best recorded time), ``None`` elsewhere. ``measures`` names what it measures whatever its space's values
+    and restrictions (a program with its knobs), where a history may carry its measurements over from one space to
+    another (:meth:`tuner.history.History.adopt`); ``None`` where it may not. An objective that runs a program also has ``timeout_s``, the
     seconds one run may take: a search treats a run killed at a shorter limit as not measured yet."""
 
     name: str
@@ -87,6 +89,7 @@ class Objective(Protocol):
     modes: tuple[str, ...]
     unit: str
     optimum: float | None
+    measures: str | None
 
     def feasible(self, idx: np.ndarray) -> np.ndarray:
         """Cheap feasibility (bool per configuration) known without scoring; ``True`` where unknown."""

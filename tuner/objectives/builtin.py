@@ -33,6 +33,7 @@ class BuiltinObjective:
     modes = MODES
     unit = "cycles"
     optimum = None                                     # not known: the space is too large to score whole
+    measures = None                                    # its space is the model's own
 
     def __init__(self) -> None:
         self.name = f"builtin:{_task_version()}"

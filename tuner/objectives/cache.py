@@ -194,6 +194,7 @@ class CacheObjective:
         allowed = space.allowed(np.frombuffer(b"".join(keys), dtype=np.int16).reshape(len(keys), len(space.knobs)))
         times = [t for t, ok in zip(self._time.values(), allowed, strict=True) if ok]
         self.optimum: float | None = min(times) if times else None     # the best recorded time (ms) the space allows
+        self.measures = None                               # replaying is free: nothing to carry over
 
     def feasible(self, idx: np.ndarray) -> np.ndarray:
         return self.space.allowed(idx)

@@ -117,6 +117,7 @@ class _Benchmark:
     space: Space
     modes: tuple[str, ...]
     optimum = None                                     # a program's best is not known before it is run
+    measures: str | None = None                        # the tensor plan's benchmark.py: one space
 
     def __init__(self, workspace: str | Path, entry: str, timeout_s: float, repeats: int) -> None:
         self._copy: Path | None = None
@@ -305,6 +306,7 @@ class ProgramObjective(_Benchmark):
         self.space, self.program = space, argv[0]
         self._argv = [sys.executable, *argv] if argv[0].endswith(".py") else [os.path.join(".", *Path(argv[0]).parts), *argv[1:]]
         self.name = self._named(program.read_bytes() + "\0".join(["", *argv[1:], space.fingerprint]).encode())
+        self.measures = self._named(program.read_bytes() + "\0".join(["", *argv[1:], *sorted(space.names)]).encode())
         self.label = "program " + " ".join(argv)[:200]
 
     def _once(self, row: np.ndarray, mode: str) -> tuple[float, bool, float]:
