@@ -304,6 +304,9 @@ class Search:
         allowed = np.flatnonzero(self.objective.feasible(idx))
         hashes = [self.space.hash_idx(idx[i]) for i in allowed]
         todo = [k for k, h in enumerate(hashes) if h not in self.cache]
+        held = [self.cache[h] for h in hashes if h in self.cache]
+        self.cached_hits += len(held)
+        self.cached_failed += sum(row.cycles is None or not row.correct for row in held)
         if todo:
             rows = idx[allowed[todo]]
             self._cached(self.objective.evaluate(rows, self.spec.mode), [hashes[k] for k in todo], rows)

@@ -237,9 +237,12 @@ def test_a_sweep_runs_no_configuration_the_history_measured_however_fast_it_answ
     (kernel / "studies").mkdir()
     (kernel / "studies" / "every.json").write_text(json.dumps({"knobs": KNOBS}))       # the same plans as 'all'
     common = ("--objective", "command:bench.py", "--space", "space.t1.json", "--json", "bounded_exhaustive_search", "--profile")
+    found = []
     for profile in ("all", "every", "every"):
         out = _tuner(kernel, *common, profile)
         assert out.returncode == 0 and json.loads(out.stdout)["best"]["plan"] == {"bx": 32, "tile": 1, "layout": "row"}, out.stderr
+        found.append(json.loads(out.stdout)["cached"])
+    assert found == [0, 34, 0]                                      # what this run found in the history (a done sweep: none)
     ran = log.read_text().splitlines()
     assert len(ran) == len(set(ran)) == 34                          # each configuration the restriction allows, once
 

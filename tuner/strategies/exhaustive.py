@@ -76,7 +76,9 @@ def run(search: Search) -> Outcome:
         size = int(np.clip(rate * RANGE_S if scored else GROWTH * size, 1, min(GROWTH * size, CHUNK)))
     best = sorted(search.worker.range_results(), key=lambda b: (b["cycles"], b["at"]))[:KEEP]
     finalists = np.array([b["idx"] for b in best], dtype=np.int16).reshape(-1, len(profile.choices))
+    found = search.cached_hits, search.cached_failed           # the finalists were counted with their ranges
     values = search.evaluate(finalists, {"phase": "finalist", "profile": profile.name}, counted=False) if len(finalists) else []
+    search.cached_hits, search.cached_failed = found
     top = [Candidate(finalists[k], float(values[k]), True) for k in np.argsort(values, kind="stable") if np.isfinite(values[k])]
     if best:
         search.report(search.evaluations, total, f"best {shown(best[0]['cycles'])}")
