@@ -247,6 +247,20 @@ def test_a_sweep_runs_no_configuration_the_history_measured_however_fast_it_answ
     assert len(ran) == len(set(ran)) == 34                          # each configuration the restriction allows, once
 
 
+def test_two_workers_sweeping_a_program_run_each_configuration_once(kernel, tmp_path):
+    """Each worker checks the sweep's finalists at the end; those another worker measured in its ranges were not in its
+    own cache (a range claims no plan), so it ran them again: 48 runs for 36 configurations."""
+    log = tmp_path / "runs.log"
+    (kernel / "bench.py").write_text(f"import json, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(json.dumps(c) + '\\n')\n"
+                                     "print(c['bx'] / 32 + c['tile'] + (c['layout'] == 'col') / 2)\n")
+    out = _tuner(kernel, "--objective", "command:bench.py", "--space", "space.t1.json", "--json", "bounded_exhaustive_search",
+                 "--profile", "all", "--workers", "2")
+    assert out.returncode == 0, out.stderr
+    result, ran = json.loads(out.stdout), log.read_text().splitlines()
+    assert result["best"]["plan"] == {"bx": 32, "tile": 1, "layout": "row"} and result["evaluations"] == 40
+    assert len(ran) == len(set(ran)) == 34 and result["cached"] == 0      # what the restriction allows, each once
+
+
 def test_a_program_is_not_run_again_on_what_it_measured_under_another_space_of_the_same_knobs(kernel, tmp_path):
     """A real run can take minutes: a space that gains a value (here in front, so every position moves), loses one or
     changes its restrictions reuses every measurement of the program its configurations hold. Other knob names, or

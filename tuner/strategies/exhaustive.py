@@ -76,6 +76,7 @@ def run(search: Search) -> Outcome:
         size = int(np.clip(rate * RANGE_S if scored else GROWTH * size, 1, min(GROWTH * size, CHUNK)))
     best = sorted(search.worker.range_results(), key=lambda b: (b["cycles"], b["at"]))[:KEEP]
     finalists = np.array([b["idx"] for b in best], dtype=np.int16).reshape(-1, len(profile.choices))
+    search.recall(finalists)                                    # measured in other workers' ranges: not run again
     found = search.cached_hits, search.cached_failed           # the finalists were counted with their ranges
     values = search.evaluate(finalists, {"phase": "finalist", "profile": profile.name}, counted=False) if len(finalists) else []
     search.cached_hits, search.cached_failed = found
