@@ -108,7 +108,8 @@ def _terminate_at_end_of(pipe: int) -> None:
 
 def combine(results: list[dict[str, Any] | None], codes: list[int], mode: str) -> dict[str, Any]:
     """One result from the workers' results (``None`` for a worker that printed none): the study's evaluations,
-    the sum of new ones and of failed ones with their most common reasons, why the workers stopped (each reason once),
+    the sum of new ones, of those found in the history and of failed ones with their most common reasons, the longest
+    worker's seconds, why the workers stopped (each reason once), on a replayed cache the fraction of its optimum reached,
     and the best plans any worker saw (correct in every mode checked first, then those not checked in another mode, then
     ``mode``'s value)."""
     done = [r for r in results if r is not None]
@@ -119,11 +120,17 @@ def combine(results: list[dict[str, Any] | None], codes: list[int], mode: str) -
     first = done[0] if done else {}
     reasons = sum((Counter(r["failure_reasons"]) for r in done), Counter())
     stops = dict.fromkeys(r["stopped"] for r in done)
-    return {"study": first.get("study"), "strategy": first.get("strategy"), "target": first.get("target"), "workers": len(results),
-            "evaluations": max((r["evaluations"] for r in done), default=0),
-            "new_evaluations": sum(r["new_evaluations"] for r in done),
-            "failed": sum(r["failed"] for r in done), "failure_reasons": dict(reasons.most_common(REASONS_SHOWN)),
-            "cached_failed": sum(r["cached_failed"] for r in done), "stopped": "; ".join(stops) if stops else None,
-            "per_worker": [{"slot": slot, "exit": code, "new_evaluations": r["new_evaluations"] if r else None,
-                            "stopped": r["stopped"] if r else None} for slot, (r, code) in enumerate(zip(results, codes, strict=True))],
-            "best": ranked[0] if ranked else None, "top": ranked[:5]}
+    best = ranked[0] if ranked else None
+    combined = {"study": first.get("study"), "strategy": first.get("strategy"), "target": first.get("target"), "mode": mode,
+                "workers": len(results), "evaluations": max((r["evaluations"] for r in done), default=0),
+                "new_evaluations": sum(r["new_evaluations"] for r in done), "cached": sum(r["cached"] for r in done),
+                "seconds": max((r["seconds"] for r in done), default=0.0),
+                "failed": sum(r["failed"] for r in done), "failure_reasons": dict(reasons.most_common(REASONS_SHOWN)),
+                "cached_failed": sum(r["cached_failed"] for r in done), "stopped": "; ".join(stops) if stops else None,
+                "per_worker": [{"slot": slot, "exit": code, "new_evaluations": r["new_evaluations"] if r else None,
+                                "stopped": r["stopped"] if r else None} for slot, (r, code) in enumerate(zip(results, codes, strict=True))],
+                "best": best}
+    if "optimum" in first:                                  # a replayed cache: the fraction of its best the workers reached
+        found = best[mode] if best and best[mode] is not None else None
+        combined |= {"optimum": first["optimum"], "of_optimum": round(first["optimum"] / found, 4) if found else 0.0}
+    return combined | {"top": ranked[:5]}
