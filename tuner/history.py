@@ -655,7 +655,7 @@ class History:
         """Where ``objective`` is seen for the first time and measures what others of the history measured under other
         spaces (the same program and knob names; values added, removed or reordered, other restrictions), copy their
         evaluations of the configurations its space holds into its own, so that none is measured again; the number
-        copied. Each objective's space is recorded for that, once (a space recorded before this version is not)."""
+        copied. Each objective's space is recorded for that, once (a space used only by older versions was not)."""
         measures = objective.measures
         if measures is None or self.read_only:
             return 0

@@ -305,8 +305,9 @@ class ProgramObjective(_Benchmark):
             raise ObjectiveError(f"no program {argv[0]!r} in workspace {str(self.workspace)!r}")
         self.space, self.program = space, argv[0]
         self._argv = [sys.executable, *argv] if argv[0].endswith(".py") else [os.path.join(".", *Path(argv[0]).parts), *argv[1:]]
-        self.name = self._named(program.read_bytes() + "\0".join(["", *argv[1:], space.fingerprint]).encode())
-        self.measures = self._named(program.read_bytes() + "\0".join(["", *argv[1:], *sorted(space.names)]).encode())
+        code = program.read_bytes()
+        self.name = self._named(code + "\0".join(["", *argv[1:], space.fingerprint]).encode())
+        self.measures = self._named(code + "\0".join(["", *argv[1:], *sorted(space.names)]).encode())   # whatever the values
         self.label = "program " + " ".join(argv)[:200]
 
     def _once(self, row: np.ndarray, mode: str) -> tuple[float, bool, float]:
