@@ -11,10 +11,12 @@ import json
 import math
 import os
 import random
+import shutil
 import signal
 import sqlite3
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -383,3 +385,41 @@ def test_every_evaluation_of_a_study_exported_as_t4_replays_as_it_was_recorded(d
             assert result["invalidity"] == "correct" and value == record == result["measurements"][0]["value"]
         else:
             assert result["invalidity"] == T4_MARKERS.get(record, "runtime") and value == math.inf and not result["measurements"]
+
+
+# --- a program's measurements under an edited space ------------------------------------------------------------
+
+KNOB_LISTS = st.lists(st.integers(1, 9), min_size=1, max_size=5, unique=True)
+
+
+@settings(max_examples=60)
+@given(before=st.tuples(KNOB_LISTS, KNOB_LISTS), after=st.tuples(KNOB_LISTS, KNOB_LISTS), data=st.data())
+def test_an_edited_space_holds_every_measurement_of_its_configurations_and_no_other(before, after, data):
+    """Whatever values two spaces of the same knobs list, in whatever order, the second holds after adopting exactly
+    the first's measurements of the configurations they share, each with its value, at its own index vector."""
+    from tuner.history import History, Row
+    from tuner.objectives.command import ProgramObjective
+    from tuner.space import space_from_t1
+
+    folder = Path(tempfile.mkdtemp(prefix="adopt-"))                   # a history of its own for each example
+    (folder / "bench.py").write_text("print(1.0)\n")
+
+    def objective(values: tuple[list[int], list[int]]) -> ProgramObjective:
+        return ProgramObjective(folder, ["bench.py"], space_from_t1({"ConfigurationSpace": {"TuningParameters": [
+            {"Name": "x", "Values": values[0]}, {"Name": "y", "Values": values[1]}]}}))
+
+    history = History(f"sqlite:///{folder / 'h.db'}")
+    old, new = objective(before), objective(after)
+    measured = {(x, y): data.draw(st.none() | st.floats(0.5, 100)) for x in before[0] for y in before[1]
+                if data.draw(st.booleans())}                  # some configurations measured, some of them failed
+    history.adopt(old)
+    rows = [Row(old.space.hash({"x": x, "y": y}), value, value is not None, None, old.space.encode({"x": x, "y": y}))
+            for (x, y), value in measured.items()]
+    if rows:
+        history.write(old.name, "time", rows)
+    adopted = history.adopt(new) if old.name != new.name else len(measured)
+    held = {tuple(new.space.decode(row.idx).values()): row.cycles for row in history.cached(new.name, "time").values()}
+    history.close()
+    shutil.rmtree(folder)
+    shared = {c: v for c, v in measured.items() if c[0] in after[0] and c[1] in after[1]}
+    assert held == shared and adopted == len(shared)
