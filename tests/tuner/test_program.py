@@ -247,6 +247,22 @@ def test_a_sweep_runs_no_configuration_the_history_measured_however_fast_it_answ
     assert len(ran) == len(set(ran)) == 34                          # each configuration the restriction allows, once
 
 
+def test_a_sweep_keeps_every_run_of_a_fast_program(kernel, tmp_path):
+    """A program that answers in a few milliseconds (a shell script here) ran past the rate under which a sweep keeps
+    each run in the history, so the sweep kept only its finalists, and a later search ran the program again."""
+    log = tmp_path / "runs.log"
+    (kernel / "fast.sh").write_text(f"#!/bin/sh\nread config\necho \"$config\" >> {log}\necho 1.5\n")
+    (kernel / "fast.sh").chmod(0o755)
+    (kernel / "wide.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "a", "Values": "list(range(300))"}]}}))
+    common = ("--objective", "command:fast.sh", "--space", "wide.t1.json", "--json")
+    out = _tuner(kernel, *common, "bounded_exhaustive_search", "--profile", "all")
+    assert out.returncode == 0 and json.loads(out.stdout)["evaluations"] == 300, out.stderr
+    out = _tuner(kernel, *common, "search_plans", "--max-evals", "50")
+    assert out.returncode == 0 and json.loads(out.stdout)["new_evaluations"] == 0, out.stderr
+    assert len(log.read_text().splitlines()) == 300                 # each configuration once, the sweep's runs kept
+
+
 def test_two_workers_sweeping_a_program_run_each_configuration_once(kernel, tmp_path):
     """Each worker checks the sweep's finalists at the end; those another worker measured in its ranges were not in its
     own cache (a range claims no plan), so it ran them again: 48 runs for 36 configurations."""

@@ -6,8 +6,8 @@ the objective last scored plans (at most ``GROWTH`` times larger, at most ``CHUN
 benchmark that takes seconds per plan, large ranges for the vectorized model. A range the history's
 cache answered whole says nothing of that rate: the next is ``GROWTH`` times larger, and as dear. Each
 range is scored with the objective's fast path and its best ``KEEP`` become its result; where scoring is dear
-(the last range ran below ``DEAR_BELOW`` plans a second: a real benchmark), every plan goes through the
-history's evaluation cache instead, so what was measured before is not measured again and what is
+(an objective that runs a program, or the last range ran below ``DEAR_BELOW`` plans a second), every plan goes
+through the history's evaluation cache instead, so what was measured before is not measured again and what is
 measured now is kept for later searches. A killed
 sweep loses only the ranges it held, and the same command resumes where the history says. When
 every range is done, the best ``KEEP`` of all of them (ties by position in the profile) are the
@@ -64,7 +64,8 @@ def run(search: Search) -> Outcome:
             continue
         start, stop = claimed
         began = time.monotonic()
-        dear = rate < DEAR_BELOW                                  # the first range (one plan) is treated as dear
+        dear = rate < DEAR_BELOW or search.one_by_one            # the first range (one plan) is treated as dear, and a
+                                                                  # program's every run is kept, however fast it is
         kept, scored = _score(search, start, stop, dear)
         if dear:
             search.flush()                                      # the measurements are written before the range is done
