@@ -30,6 +30,7 @@ MODE = TIME
 ERROR_MARKERS = ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "ErrorConfig")
 NOT_MEASURED = "not measured"
 NO_VALUE = "no {} measurement"                  # a record that holds neither a value nor an error marker
+OTHER_FAILURE = "ErrorConfig: {}"               # the reason of a record without a value or one of Kernel Tuner's markers
 HIGHER_IS_BETTER = ("GFLOP/s", "TFLOP/s", "GB/s", "TB/s", "GFLOPS/W", "TFLOPS/W", "GFLOP/J", "TFLOP/J", "fitness")
 T4_INVALIDITY = {"compile": "CompilationFailedConfig", "runtime": "RuntimeFailedConfig", "constraints": "InvalidConfig"}
 T4_VERSION = "1.0.0"                            # the T4 results schema written (Kernel Tuner 1.5 writes the same)
@@ -94,8 +95,10 @@ def t4_result(config: dict[str, Any], values: dict[str, float | None], unit: str
     objective = next(iter(values))
     if values[objective] is not None:
         invalidity = "correct" if correct else "correctness"
-    elif failure == "timeout":
+    elif failure in ("timeout", OTHER_FAILURE.format("timeout")):          # the second: a replayed export's
         invalidity = "timeout"
+    elif failure == OTHER_FAILURE.format("correctness"):                  # a replayed export's, whose value is not kept
+        invalidity = "correctness"
     else:
         invalidity = next((category for category, marker in (*T4_INVALIDITY.items(), ("constraints", RULED_OUT))
                            if failure and marker in failure), "runtime")
@@ -181,7 +184,7 @@ class CacheObjective:
             if math.isfinite(value := as_float(time)) and value > 0:
                 self._time[key] = value
             else:
-                self._reason[key] = time if time in ERROR_MARKERS else f"ErrorConfig: {brief(str(time))[:60]}"
+                self._reason[key] = time if time in ERROR_MARKERS else OTHER_FAILURE.format(brief(str(time))[:60])
         if not self._time:
             where = f"space file {Path(space_path).name!r}" if space_path is not None else "its tune_params"
             held = Counter(self._reason.values()).most_common(MAX_REASONS)
