@@ -491,12 +491,13 @@ def _plan_row(ctx: Context, source: str, plan: Config, metrics: dict[str, dict[s
     return row | {m: metrics[m]["best_cycles"] for m in ctx.objective.modes} | {"correct": all(m["correct"] for m in metrics.values())}
 
 
-def _rank_key(ctx: Context) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
-    """Correct first, then the search's mode, then the authority, then the hash: ties break the same way every run."""
+def _rank_key(ctx: Context, kept: str | None = None) -> Callable[[dict[str, Any]], tuple[Any, ...]]:
+    """Correct first, then the search's mode, then the authority, then the plan ``kept`` (the current one: a tie is no
+    reason to change it), then the hash: ties break the same way every run."""
     first, last = _first_last(ctx)
     inf = float("inf")
     return lambda r: (not r["correct"], r[first] if r[first] is not None else inf, r[last] if r[last] is not None else inf,
-                      r["plan_hash"])
+                      r["plan_hash"] != kept, r["plan_hash"])
 
 
 def _fixture_rows(ctx: Context, unreadable: dict[str, str] | None = None) -> list[dict[str, Any]]:
@@ -616,7 +617,7 @@ def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
     rows = [_plan_row(ctx, "current" if ctx.is_plan else label, current, cm), *_fixture_rows(ctx, unreadable)]
     rows += [{"source": f"study:{b['study']}", "plan_hash": b["plan_hash"], "plan": b["plan"],
               **{m: b[m] for m in ctx.objective.modes}, "correct": True} for b in _study_bests(ctx)]
-    rows.sort(key=_rank_key(ctx))
+    rows.sort(key=_rank_key(ctx, kept=ctx.objective.space.hash(current)))
     verified = [r for r in rows if r["correct"] and all(r[m] is not None for m in ctx.objective.modes)
                 and (cm[last]["best_cycles"] is None or r[last] <= cm[last]["best_cycles"])]
     best = verified[0] if verified else None

@@ -263,6 +263,17 @@ def test_a_sweep_keeps_every_run_of_a_fast_program(kernel, tmp_path):
     assert len(log.read_text().splitlines()) == 300                 # each configuration once, the sweep's runs kept
 
 
+def test_the_main_job_keeps_a_default_that_no_configuration_beats(kernel):
+    """Where every configuration ties the default (a kernel already at its best), the main job said another one was
+    best, with its changes and a 1.00x speedup: a tie is no reason to change a configuration."""
+    (kernel / "flat.py").write_text("import sys\nsys.stdin.read()\nprint(1.5)\n")
+    common = ("--objective", "command:flat.py", "--space", "space.t1.json")
+    out = _tuner(kernel, *common, "run", "--time-s", "60")
+    assert out.returncode == 0 and "the default is the best configuration found" in out.stdout, out.stdout
+    out = _tuner(kernel, *common, "--json", "compare_history")
+    assert out.returncode == 0 and json.loads(out.stdout)["current_is_best"] is True, out.stdout
+
+
 def test_two_workers_sweeping_a_program_run_each_configuration_once(kernel, tmp_path):
     """Each worker checks the sweep's finalists at the end; those another worker measured in its ranges were not in its
     own cache (a range claims no plan), so it ran them again: 48 runs for 36 configurations."""
