@@ -59,6 +59,12 @@ class Spec:
         return f"{self.strategy}:{self.target}:{self.mode}:seed{self.seed}@{objective}"
 
 
+def of_optimum(optimum: float, found: float | None) -> float:
+    """The fraction of a known optimum that a best value ``found`` reaches (lower is better, so optimum / found: 1.0
+    where it is the optimum), to 4 places; 0.0 where nothing was found."""
+    return round(optimum / found, 4) if found else 0.0
+
+
 def number(value: float | None) -> int | float | None:
     """A value as JSON shows it best: an integer when it is one (cycles), else the float (ms)."""
     if value is None or not np.isfinite(value):

@@ -30,7 +30,7 @@ from tuner.objectives.cache import T4_VERSION, CacheObjective, t4_result
 from tuner.objectives.command import CommandObjective, ProgramObjective
 from tuner.plan import PROFILE_DIR, Plan, PlanError, plan_hash
 from tuner.plan import SPACE as PLAN_SPACE
-from tuner.search import Outcome, Search, Spec, number, shown
+from tuner.search import Outcome, Search, Spec, number, of_optimum, shown
 from tuner.space import Config, Profile, SpaceError, load_profile, load_space, profile_names
 from tuner.strategies import STRATEGIES
 from tuner.task.benchmark import case_indicators, infeasibility
@@ -417,7 +417,7 @@ def _outcome(ctx: Context, outcome: Outcome, spec: Spec) -> dict[str, Any]:
               "failed": outcome.failed, "failure_reasons": outcome.failure_reasons, "cached_failed": outcome.cached_failed,
               "best": best.as_dict(space, modes) if best else None}
     if optimum is not None:                                          # the objective's best is known (a replayed cache)
-        result |= {"optimum": number(optimum), "of_optimum": round(optimum / best.value, 4) if best else 0.0}   # 1.0: found
+        result |= {"optimum": number(optimum), "of_optimum": of_optimum(optimum, best.value if best else None)}
     result["top"] = [c.as_dict(space, modes) for c in outcome.top[:5]]
     return result
 
@@ -601,7 +601,7 @@ def rank_experiments(ctx: Context) -> dict[str, Any]:
     ranking = [{"rank": i + 1, **{k: v for k, v in r.items() if k != "plan"}} for i, r in enumerate(rows)]
     if (optimum := ctx.objective.optimum) is None:
         return {"ranking": ranking}
-    return {"optimum": number(optimum), "ranking": [r | {"of_optimum": round(optimum / r[first], 4)} for r in ranking]}
+    return {"optimum": number(optimum), "ranking": [r | {"of_optimum": of_optimum(optimum, r[first])} for r in ranking]}
 
 
 def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
@@ -966,7 +966,7 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
         if value is not None:
             outcome["speedup"] = round(value / best[mode], 3)
         if ctx.objective.optimum is not None:
-            outcome["of_optimum"] = round(ctx.objective.optimum / best[mode], 4)
+            outcome["of_optimum"] = of_optimum(ctx.objective.optimum, best[mode])
         outcome["changes"] = space.diff(default, best["plan"])
         outcome["configuration"] = _write_output(ctx, RUN_BEST, best["plan"])
     outcome["history"] = history

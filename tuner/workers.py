@@ -18,7 +18,7 @@ import threading
 from collections import Counter
 from typing import Any
 
-from tuner.search import REASONS_SHOWN
+from tuner.search import REASONS_SHOWN, of_optimum
 from tuner.stopping import Terminated
 
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,63}")
@@ -131,6 +131,5 @@ def combine(results: list[dict[str, Any] | None], codes: list[int], mode: str) -
                                 "stopped": r["stopped"] if r else None} for slot, (r, code) in enumerate(zip(results, codes, strict=True))],
                 "best": best}
     if "optimum" in first:                                  # a replayed cache: the fraction of its best the workers reached
-        found = best[mode] if best and best[mode] is not None else None
-        combined |= {"optimum": first["optimum"], "of_optimum": round(first["optimum"] / found, 4) if found else 0.0}
+        combined |= {"optimum": first["optimum"], "of_optimum": of_optimum(first["optimum"], best[mode] if best else None)}
     return combined | {"top": ranked[:5]}
