@@ -324,10 +324,8 @@ class Search:
     def recall(self, idx: np.ndarray) -> None:
         """Add to the search's cache what the history now holds of ``idx`` (what other workers measured since this one
         started, in ranges of a sweep, which no plan claim records), so that evaluating them runs nothing again."""
-        hashes = [h for h in (self.space.hash_idx(row) for row in idx) if h not in self.cache]
-        rows = self.history.cached(self.objective.name, self.spec.mode, hashes) if hashes else {}
-        stale = self.history.stale(self.objective, self.spec.mode, rows)
-        self.cache |= {h: row for h, row in rows.items() if h not in stale}
+        if len(idx):
+            self.cache |= self.history.scored(self.objective, self.spec.mode, idx, measure=False)
 
     def sync(self) -> None:
         """Learn what this study's evaluations are, in order, since the last look: earlier runs' and other workers'."""
