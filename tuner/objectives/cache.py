@@ -33,6 +33,9 @@ NO_VALUE = "no {} measurement"                  # a record that holds neither a 
 OTHER_FAILURE = "ErrorConfig: {}"               # the reason of a record without a value or one of Kernel Tuner's markers
 HIGHER_IS_BETTER = ("GFLOP/s", "TFLOP/s", "GB/s", "TB/s", "GFLOPS/W", "TFLOPS/W", "GFLOP/J", "TFLOP/J", "fitness")
 T4_INVALIDITY = {"compile": "CompilationFailedConfig", "runtime": "RuntimeFailedConfig", "constraints": "InvalidConfig"}
+FAILURE_CATEGORIES = (*T4_INVALIDITY.items(), ("constraints", RULED_OUT),    # a failure's T4 category, by what its reason
+                      ("timeout", OTHER_FAILURE.format("timeout")),            # holds (the last two: a replayed export's)
+                      ("correctness", OTHER_FAILURE.format("correctness")))
 T4_VERSION = "1.0.0"                            # the T4 results schema written (Kernel Tuner 1.5 writes the same)
 MAX_NAMED = 20                                  # knob names quoted in an error, at most
 MAX_REASONS = 3                                 # kinds of failed record an error counts, at most
@@ -95,13 +98,10 @@ def t4_result(config: dict[str, Any], values: dict[str, float | None], unit: str
     objective = next(iter(values))
     if values[objective] is not None:
         invalidity = "correct" if correct else "correctness"
-    elif failure in ("timeout", OTHER_FAILURE.format("timeout")):          # the second: a replayed export's
+    elif failure == "timeout":
         invalidity = "timeout"
-    elif failure == OTHER_FAILURE.format("correctness"):                  # a replayed export's, whose value is not kept
-        invalidity = "correctness"
     else:
-        invalidity = next((category for category, marker in (*T4_INVALIDITY.items(), ("constraints", RULED_OUT))
-                           if failure and marker in failure), "runtime")
+        invalidity = next((category for category, marker in FAILURE_CATEGORIES if failure and marker in failure), "runtime")
     return {"configuration": config, "times": {"runtimes": runtimes} if runtimes else {}, "invalidity": invalidity,
             "correctness": 1 if correct else 0,
             "measurements": [{"name": mode, "value": value, "unit": unit} for mode, value in values.items() if value is not None],
