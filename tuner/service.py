@@ -468,6 +468,7 @@ def search_plans(ctx: Context, strategy: str = "quick", max_evals: int = 500, ti
     _positive("time_s", time_s)
     start = None
     space = ctx.objective.space
+    require_some_configuration(ctx)                     # before focused reads (and opens) the history for its start
     if strategy == "focused" and not ctx.checking:      # its start is the best seed: measured, so not while checking
         seeds = _seeds(ctx, 1)
         start = tuple(int(v) for v in space.encode(seeds[0]["plan"] if seeds else _plan(ctx, None)[0]))

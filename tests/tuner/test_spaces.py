@@ -395,7 +395,8 @@ def test_a_file_that_cannot_be_opened_is_named_by_the_path_as_given(tmp_path, op
 
 
 @pytest.mark.parametrize("command", [("search_plans", "--max-evals", "5"), ("local_neighborhood_search",), ("run", "--time-s", "5"),
-                                     ("bounded_exhaustive_search", "--profile", "all"), ("search_plans", "--workers", "3")])
+                                     ("bounded_exhaustive_search", "--profile", "all"), ("search_plans", "--workers", "3"),
+                                     ("search_plans", "--strategy", "focused")])
 def test_a_space_whose_restrictions_allow_nothing_exits_2_naming_them_and_writes_nothing(tmp_path, command):
     """A restriction with a typo (``bx > 1280``) used to give a search of no evaluation, no failure and no best."""
     toy_cache(tmp_path, {(32, 1): 1.0})
