@@ -425,6 +425,23 @@ def test_workers_run_the_program_each_with_its_own_environment_and_no_configurat
     assert result["best"]["time"] == min(json.loads(c)["bx"] / json.loads(c)["tile"] for _, c in runs)
 
 
+@pytest.mark.parametrize("command", [("search_plans", "--max-evals", "5"), ("run", "--time-s", "60")])
+def test_one_worker_runs_the_program_in_the_environment_worker_env_gives_it(kernel, tmp_path, command):
+    """``--worker-env`` without ``--workers`` (one worker) was ignored: the program ran on the default GPU, not the
+    one asked for, and a value that is not NAME=VALUE was accepted."""
+    (kernel / "bench.py").write_text(SLOTTED)
+    log = tmp_path / "runs.log"
+    common = ("--objective", f"command:bench.py {log}", "--space", "space.t1.json", *command)
+    out = _tuner(kernel, *common, "--worker-env", "GPU=cuda:{slot}")
+    assert out.returncode == 0, out.stderr
+    assert {line.split(" ", 1)[0] for line in log.read_text().splitlines()} == {"cuda:0"}
+    before = sorted(p.relative_to(kernel) for p in kernel.rglob("*"))
+    out = _tuner(kernel, *common, "--worker-env", "GPU")
+    assert out.returncode == 2 and out.stderr == (f"tuner {command[0]}: error: --worker-env 'GPU' is not NAME=VALUE "
+                                                  "(NAME: letters, digits and '_', not starting with a digit)\n"), out.stderr
+    assert sorted(p.relative_to(kernel) for p in kernel.rglob("*")) == before
+
+
 def test_the_main_job_with_workers_runs_its_searches_in_them_and_the_rest_itself(kernel, tmp_path):
     (kernel / "bench.py").write_text(SLOTTED)
     log = tmp_path / "runs.log"
