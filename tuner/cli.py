@@ -129,7 +129,7 @@ COMMANDS: dict[str, Command] = {
     "run": (service.run_workflow, lambda p: (
         p.add_argument("--time-s", type=_seconds, default=120.0, metavar="SECONDS",
                        help="seconds the searches may take (default 120); verifying the winners and writing the report "
-                            "follow (with --objective command, benchmark runs of their own)"),
+                            "follow (with --objective command, or a program's --repeats, benchmark runs of their own)"),
         p.add_argument("--apply", action="store_true", help="write the verified winner to kernel_plan.json (a backup is kept; "
                                                             "the tensor plan only)"),
         _seed_arg(p), _workers_args(p)), "run the seed's workflow end to end: score, trace, search, verify, apply, report; on a cache or "
@@ -373,8 +373,16 @@ def _render_best(result: dict[str, Any], mode: str, value: Callable[[float | Non
                 "history holds is not measured again, cached_failed counts them: a new --history measures afresh)"]
     best = result["best"]
     lines = [f"best: {mode} {value(best[mode])} (configuration {best['plan_hash']}, from {best['source']})"]
+    if "recheck" in result:
+        again = result["recheck"]["configurations"]
+        lines.append(f"measured again, {result['recheck']['repeats']} runs each (median; the searches' value in brackets):")
+        lines += [f"  {c['plan_hash']}: {value(c['again']['median'])} ({value(c['searched'])})" for c in again]
     if "speedup" in result:
         lines.append(f"speedup over the default: {result['speedup']:.2f}x")
+    if comparison := result.get("recheck", {}).get("against_default"):
+        significant = "significant" if comparison["better"] else "not significant"
+        lines.append(f"  {comparison['confidence']:.0%} interval {1 / comparison['high']:.2f}x-{1 / comparison['low']:.2f}x: "
+                     f"{significant}")
     if "of_optimum" in result:
         lines.append(f"of the cache's optimum: {result['of_optimum']:.3f} (1.0: the best time it holds)")
     lines.append("changes from the default:" if result["changes"] else "the default is the best configuration found")
