@@ -24,6 +24,8 @@ from conftest import ROOT
     ("real_caches.py", ["--methods", "tpe"], "--methods: invalid choice: 'tpe'"),
     ("real_caches.py", ["--only", "zzz"], "no cache starts with zzz in"),
     ("program_runs.py", ["--runs", "0"], "--runs: '0' is not a count of at least 1"),
+    ("noisy_winner.py", ["--noise", "-1"], "--noise: '-1' is not a noise fraction from 0 to 0.5"),
+    ("noisy_winner.py", ["--repeats", "1"], "--repeats: the best are measured again only with --repeats above 1"),
     ("space_speed.py", ["--configs", "0"], "--configs: '0' is not a count of at least 1"),
     ("workers.py", ["--workers", "1", "0"], "--workers: '0' is not a count of at least 1"),
     ("workers.py", ["--seconds", "nan"], "--seconds: 'nan' is not a number of seconds above 0"),
@@ -41,6 +43,7 @@ def test_a_perf_script_refuses_what_would_run_nothing(tmp_path, script, wrong, n
     ("history_reads.py", ["--studies", "1", "--trials", "5"], "rank_experiments now"),
     ("mcp_startup.py", ["--runs", "1"], "first validate_plan result"),
     ("program_runs.py", ["--runs", "2"], "ProgramObjective.evaluate"),
+    ("noisy_winner.py", ["--seeds", "1"], "overstated speedup: before"),
     ("space_speed.py", ["--configs", "10"], "configurations/s"),
 ])
 def test_a_perf_script_runs_on_a_checkout_at_its_smallest(tmp_path, script, small, shown):
