@@ -923,18 +923,19 @@ def _recheck(ctx: Context, default: Config, searched: float | None) -> tuple[dic
               + f" again, {ctx.objective_repeats} runs each (noise favours the searches' best)")
     rows.setdefault(key, {"source": "the space's default", "plan_hash": key, "plan": default, mode: searched})
     measured = ctx.objective.evaluate(np.stack([space.encode(r["plan"]) for r in rows.values()]), mode)
-    samples = dict(zip(rows, measured.samples, strict=True))
-    checked = [{"plan_hash": h, "source": r["source"], "searched": r[mode], "again": noise.summary(samples[h])}
-               for h, r in rows.items()]
-    ran = [c for c in checked if c["again"]["median"] is not None]
-    recheck: dict[str, Any] = {"repeats": ctx.objective_repeats, "configurations": checked}
+    samples = dict(zip(rows, measured.samples, strict=True))               # empty where a run failed this time
+    summaries = {h: noise.summary(samples[h]) for h in rows}
+    again = {h: summary["median"] for h, summary in summaries.items()}
+    recheck: dict[str, Any] = {"repeats": ctx.objective_repeats, "configurations": [
+        {"plan_hash": h, "source": r["source"], "searched": r[mode], "again": summaries[h]} for h, r in rows.items()]}
+    ran = [h for h in rows if again[h] is not None]
     if not ran:
         return recheck, None, None
-    winner = min(ran, key=lambda c: c["again"]["median"])          # ties: the better searched value, listed first
-    if winner["plan_hash"] != key and samples[key]:
-        recheck["against_default"] = noise.compare(samples[winner["plan_hash"]], samples[key]).as_dict()
-    best = rows[winner["plan_hash"]] | {mode: winner["again"]["median"], "source": f"{winner['source']}, measured again"}
-    return recheck, best, number(float(np.median(samples[key]))) if samples[key] else None
+    winner = min(ran, key=lambda h: again[h])                   # ties: the better searched value, listed first
+    if winner != key and again[key] is not None:
+        recheck["against_default"] = noise.compare(samples[winner], samples[key]).as_dict()
+    best = rows[winner] | {mode: again[winner], "source": f"{rows[winner]['source']}, measured again"}
+    return recheck, best, again[key]
 
 
 def _search_step(ctx: Context, tool: str, **kwargs: Any) -> dict[str, Any]:
