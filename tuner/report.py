@@ -106,6 +106,24 @@ def marginals_info(history: History, objective: str, mode: str, space: Space) ->
     return out
 
 
+def noise_info(history: History, objective: str) -> dict[str, Any]:
+    """Where the objective measures each configuration several times (a program's ``--repeats``): per configuration
+    (once, up to ``SCATTER_POINTS``), the median of its runs and their spread (max/min - 1), and the median spread;
+    empty elsewhere."""
+    runs: dict[str, list[float]] = {}
+    for name in history.study_names():
+        if name.endswith(f"@{objective}"):
+            for trial in history.trials(name):
+                samples = trial.user_attrs.get("samples") or []
+                if len(samples) > 1 and all(isinstance(v, int | float) and v > 0 for v in samples):
+                    runs.setdefault(trial.user_attrs.get("plan_hash", str(trial.number)), samples)
+    if not runs:
+        return {}
+    kept = list(runs.values())[:SCATTER_POINTS]
+    spread = [max(samples) / min(samples) - 1 for samples in kept]
+    return {"median": [float(np.median(samples)) for samples in kept], "spread": spread, "typical": float(np.median(spread))}
+
+
 def log_ticks(values: list[float]) -> dict[str, Any]:
     """Plotly axis settings that label a log axis over ``values`` with 4 to 12 round numbers written out in full
     (``20k``, ``1.5M``, ``7``), where plotly's own would write the digits of each decade alone (``2 5 10 2 5``); none
@@ -182,6 +200,12 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
         fig.update_xaxes(**log_ticks(xs))
         fig.update_yaxes(**log_ticks(ys))
         figures.append((f"{first} against {last} of evaluated plans", fig))
+    if noise := info.get("noise"):
+        fig = go.Figure(go.Scatter(x=noise["median"], y=noise["spread"], mode="markers", marker={"size": 6, "opacity": 0.7}))
+        fig.update_layout(xaxis_title=f"median of its runs ({unit})", yaxis_title="spread of its runs (max/min - 1)",
+                          yaxis_tickformat=".1%", height=400)
+        figures.append((f"Noise: the repeated runs of {len(noise['spread']):,} configurations, each one's spread against its "
+                        f"median (the median spread: {noise['typical']:.1%})", fig))
     for knob in sorted(info.get("marginals", {}), key=lambda k: -importance.get(k, -math.inf)):   # the most important first
         marginal = info["marginals"][knob]
         fig = go.Figure([go.Scatter(x=marginal["values"], y=marginal["best"], mode="lines+markers", name="best"),

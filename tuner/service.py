@@ -801,8 +801,9 @@ REPORT_PLANS = {"baseline": "baseline_row_major", "iteration-2": "tensor_plan_it
 
 def report(ctx: Context, out: str = f"{OUTPUT_DIR}/report.html") -> dict[str, Any]:
     """Write the HTML report of the history (plotly, works offline) to ``out`` under results/: convergence,
-    knob importance, per-knob marginals and, where the problem has them, the dev/final scatter and the
-    winner's trace against the baseline and iteration-2. Returns its path and the sections it holds."""
+    knob importance, per-knob marginals and, where the problem has them, the dev/final scatter, the
+    winner's trace against the baseline and iteration-2, and a noisy program's spread of runs. Returns its path and
+    the sections it holds."""
     from tuner.report import page
 
     if not isinstance(out, str) or not out.endswith(".html"):
@@ -824,6 +825,8 @@ def report_info(ctx: Context) -> dict[str, Any]:
                             "marginals": figures.marginals_info(history, name, first, space)}
     if last != first:
         info["scatter"] = figures.scatter_info(history, name, first, last)
+    if ctx.objective_repeats > 1:
+        info["noise"] = figures.noise_info(history, name)
     if ctx.is_plan:
         best = compare_history(ctx, limit=1)["best_verified"]
         plans = {"winner": best["plan"] if best else ctx.workspace.current_plan()}

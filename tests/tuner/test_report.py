@@ -86,6 +86,42 @@ def test_report_of_a_cache_leaves_out_what_does_not_apply(tmp_path):
     ctx.close()
 
 
+ALTERNATING = """import json, sys
+c = json.load(sys.stdin)
+with open(sys.argv[1], "a+") as log:                     # every other run of the program is 10% slower
+    log.seek(0)
+    count = len(log.read().splitlines())
+    log.write("run\\n")
+print((1.0 + c["a"] + c["b"] / 10) * (1.1 if count % 2 else 1.0))
+"""
+
+
+def test_the_report_of_a_noisy_program_shows_how_far_its_repeated_runs_spread(tmp_path, monkeypatch):
+    """With ``--repeats``, each configuration's runs are kept but no section showed them: how noisy the benchmark is
+    decides which differences a search can see."""
+    monkeypatch.chdir(tmp_path)                                 # the program's path is read from the working folder
+    (tmp_path / "bench.py").write_text(ALTERNATING)
+    (tmp_path / "space.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "a", "Values": [1, 2, 3]}, {"Name": "b", "Values": [1, 2]}]}}))
+    program = f"command:bench.py {tmp_path / 'runs.log'}"
+    for repeats in (2, 1):
+        ctx = service.Context.create(tmp_path, objective=program, space="space.t1.json", objective_repeats=repeats)
+        service.search_plans(ctx, "quick", max_evals=6, seed=0)
+        info = service.report_info(ctx)
+        if repeats == 1:
+            assert "noise" not in info                          # one run per configuration: nothing to show
+            break
+        noise = info["noise"]
+        assert len(noise["spread"]) == 6 and noise["typical"] == pytest.approx(0.1)
+        assert noise["spread"] == pytest.approx([0.1] * 6)
+        assert sorted(noise["median"]) == pytest.approx(sorted(1.05 * (1 + a + b / 10) for a in (1, 2, 3) for b in (1, 2)))
+        out = service.report(ctx)
+        assert "noise" in out["sections"]
+        assert "Noise: the repeated runs of 6 configurations, each one&#x27;s spread against its median (the median spread: 10.0%)" \
+            in (tmp_path / out["path"]).read_text()
+        ctx.close()
+
+
 def test_a_caches_convergence_is_drawn_against_its_optimum_in_headless_chromium(tmp_path):
     """The optimum's line sits at the optimum on the log axis, which still spans the studies' values (a shape's label
     there is placed in log units, and once stretched the axis to 10^10 ms)."""
