@@ -393,10 +393,12 @@ KNOB_LISTS = st.lists(st.integers(1, 9), min_size=1, max_size=5, unique=True)
 
 
 @settings(max_examples=60)
-@given(before=st.tuples(KNOB_LISTS, KNOB_LISTS), after=st.tuples(KNOB_LISTS, KNOB_LISTS), data=st.data())
-def test_an_edited_space_holds_every_measurement_of_its_configurations_and_no_other(before, after, data):
-    """Whatever values two spaces of the same knobs list, in whatever order, the second holds after adopting exactly
-    the first's measurements of the configurations they share, each with its value, at its own index vector."""
+@given(before=st.tuples(KNOB_LISTS, KNOB_LISTS), after=st.tuples(KNOB_LISTS, KNOB_LISTS), limit=st.none() | st.integers(2, 18),
+       data=st.data())
+def test_an_edited_space_holds_every_measurement_of_its_configurations_and_no_other(before, after, limit, data):
+    """Whatever values two spaces of the same knobs list, in whatever order, and whatever restriction the second adds,
+    the second holds after adopting exactly the first's measurements of the configurations they share that it allows,
+    each with its value, at its own index vector."""
     from tuner.history import History, Row
     from tuner.objectives.command import ProgramObjective
     from tuner.space import space_from_t1
@@ -404,12 +406,12 @@ def test_an_edited_space_holds_every_measurement_of_its_configurations_and_no_ot
     folder = Path(tempfile.mkdtemp(prefix="adopt-"))                   # a history of its own for each example
     (folder / "bench.py").write_text("print(1.0)\n")
 
-    def objective(values: tuple[list[int], list[int]]) -> ProgramObjective:
+    def objective(values: tuple[list[int], list[int]], conditions: list[str]) -> ProgramObjective:
         return ProgramObjective(folder, ["bench.py"], space_from_t1({"ConfigurationSpace": {"TuningParameters": [
-            {"Name": "x", "Values": values[0]}, {"Name": "y", "Values": values[1]}]}}))
+            {"Name": "x", "Values": values[0]}, {"Name": "y", "Values": values[1]}], "Conditions": conditions}}))
 
     history = History(f"sqlite:///{folder / 'h.db'}")
-    old, new = objective(before), objective(after)
+    old, new = objective(before, []), objective(after, [] if limit is None else [f"x + y <= {limit}"])
     measured = {(x, y): data.draw(st.none() | st.floats(0.5, 100)) for x in before[0] for y in before[1]
                 if data.draw(st.booleans())}                  # some configurations measured, some of them failed
     history.adopt(old)
@@ -421,5 +423,5 @@ def test_an_edited_space_holds_every_measurement_of_its_configurations_and_no_ot
     held = {tuple(new.space.decode(row.idx).values()): row.cycles for row in history.cached(new.name, "time").values()}
     history.close()
     shutil.rmtree(folder)
-    shared = {c: v for c, v in measured.items() if c[0] in after[0] and c[1] in after[1]}
+    shared = {c: v for c, v in measured.items() if c[0] in after[0] and c[1] in after[1] and (limit is None or sum(c) <= limit)}
     assert held == shared and adopted == len(shared)

@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from itertools import compress
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -654,7 +655,7 @@ class History:
     def adopt(self, objective: Objective) -> int:
         """Where ``objective`` is seen for the first time and measures what others of the history measured under other
         spaces (the same program and knob names; values added, removed or reordered, other restrictions), copy their
-        evaluations of the configurations its space holds into its own, so that none is measured again; the number
+        evaluations of the configurations its space holds and allows into its own, so that none is measured again; the number
         copied. Each objective's space is recorded for that, once (a space used only by older versions was not)."""
         measures = objective.measures
         if measures is None or self.read_only:
@@ -669,13 +670,16 @@ class History:
             killed: dict[tuple[str, str], dict[str, Any]] = {}
             for other, knobs in known.items():
                 names, choices = zip(*json.loads(knobs), strict=True)
-                moved: dict[str, str] = {}                  # the other space's plan hash -> this one's
+                held = []                                   # the other space's records of this one's configurations
                 for record in connection.execute(select(EVALUATIONS).where(EVALUATIONS.c.objective == other)):
                     config = {name: values[i] for name, values, i in zip(names, choices, json.loads(record.plan), strict=True)}
                     try:
-                        idx = space.encode(config)
+                        held.append((record, space.encode(config)))
                     except (KeyError, ValueError):          # a value this space no longer holds
                         continue
+                allowed = space.allowed(np.stack([idx for _, idx in held])) if held else []
+                moved: dict[str, str] = {}                  # the other space's plan hash -> this one's
+                for record, idx in compress(held, allowed):     # those this space's restrictions rule out are not its own
                     moved[record.plan_hash] = h = space.hash_idx(idx)
                     evaluations.setdefault((record.mode, h), {
                         "objective": objective.name, "mode": record.mode, "plan_hash": h, "best_cycles": record.best_cycles,
