@@ -15,6 +15,7 @@ from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from functools import cached_property
+from itertools import compress
 from pathlib import Path, PurePosixPath
 from typing import Any
 
@@ -528,6 +529,8 @@ def _history_rows(ctx: Context, limit: int) -> list[dict[str, Any]]:
     name, space = ctx.objective.name, ctx.objective.space
     first, last = _first_last(ctx)
     best = ctx.history.best_cached(name, first, limit * 4)
+    if best:                                            # none its restrictions rule out (carried over by an older version)
+        best = list(compress(best, space.allowed(np.stack([r.idx for r in best]))))
     held = (ctx.history.scored(ctx.objective, last, np.stack([r.idx for r in best]), measure=False) if best and last != first
             else {r.plan_hash: r for r in best})
     rows = []

@@ -19,7 +19,8 @@ import numpy as np
 import pytest
 from conftest import misbehaviours, running, toy_cache, until
 
-from tuner.history import History
+from tuner import service
+from tuner.history import History, Row
 from tuner.objectives import Evaluations
 from tuner.objectives.base import RULED_OUT
 from tuner.objectives.command import ProgramObjective
@@ -322,6 +323,20 @@ def test_a_program_is_not_run_again_on_what_it_measured_under_another_space_of_t
     assert ran == [] and "under another space" not in said
     _, _, ran = sweep([64, 96], [1, 2], knob="tiles")                 # other knobs: another kernel's measurements
     assert len(ran) == 4
+
+
+def test_a_measurement_the_restrictions_rule_out_is_never_a_seed(kernel, monkeypatch):
+    """The previous version carried such measurements over to an edited space: histories it wrote hold them, and the
+    searches and the main job's re-check read their seeds there."""
+    monkeypatch.chdir(kernel)
+    ctx = service.Context.create(kernel, objective="command:bench.py", space="space.t1.json")
+    space = ctx.objective.space
+    ruled_out, allowed = {"bx": 160, "tile": 8, "layout": "col"}, {"bx": 96, "tile": 4, "layout": "col"}
+    assert not space.allowed(space.encode(ruled_out)[None])[0]
+    ctx.history.write(ctx.objective.name, "time", [Row(space.hash(c), value, True, None, space.encode(c))
+                                                   for c, value in ((ruled_out, 0.5), (allowed, 1.0))])
+    assert [seed["plan"] for seed in service.resume_search_history(ctx)["seeds"]] == [allowed]
+    ctx.close()
 
 
 def test_a_crashing_programs_failures_are_counted_by_one_line_that_ends_with_its_error(kernel):
