@@ -753,6 +753,11 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
     killed = ctx.history.timed_out(objective, first)
     kept = {t.user_attrs["plan_hash"]: t.user_attrs for t in ctx.history.trials(name)}      # reasons, repeated measurements
     reasons = {h: attrs["reason"] for h, attrs in kept.items() if "reason" in attrs}
+    runtimes = {h: attrs["samples"] for h, attrs in kept.items() if "samples" in attrs}
+    if ctx.objective_repeats > 1 and any(h not in runtimes for h in members):    # found in the history: another study's runs
+        for other in sorted(studies.keys() - {name}):
+            runtimes |= {t.user_attrs["plan_hash"]: t.user_attrs["samples"] for t in ctx.history.trials(other)
+                         if "samples" in t.user_attrs and t.user_attrs["plan_hash"] not in runtimes}
     known = reasons.keys() | killed.keys()
     unknown = [h for h in members if h in rows[first] and rows[first][h].cycles is None and h not in known]
     if unknown and getattr(ctx.objective, "timeout_s", None) is None:      # a failure whose trial was thinned, where asking
@@ -765,7 +770,7 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
         failure = "timeout" if h in killed else reasons.get(h)
         results.append(t4_result(ctx.objective.space.decode(row.idx), values, ctx.unit,
                                  all(rows[mode][h].correct for mode in ctx.objective.modes if h in rows[mode]), failure,
-                                 kept.get(h, {}).get("samples")))
+                                 runtimes.get(h)))
     metadata = {"tuner": f"tensor-plan-optimizer {package_version()}", "study": name, "objective": objective,
                 **({"timeunit": "milliseconds"} if ctx.unit == "ms" else {"unit": ctx.unit})}
     text = json.dumps({"schema_version": T4_VERSION, "metadata": metadata, "results": results}, indent=1) + "\n"

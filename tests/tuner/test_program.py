@@ -216,6 +216,14 @@ def test_a_noisy_programs_study_exports_every_measurement_of_each_configuration(
     for result in results:
         runs, value = result["times"]["runtimes"], result["measurements"][0]["value"]
         assert len(runs) == 3 and sorted(runs)[1] == value and {run - result["configuration"]["bx"] for run in runs} == {0, 1, 9}
+    (kernel / "start.json").write_text(json.dumps(results[0]["configuration"]))     # measured: found in the history
+    climbed = _tuner(kernel, *problem, "local_neighborhood_search", "--plan", "start.json", "--max-evals", "3")
+    assert climbed.returncode == 0, climbed.stderr
+    exported = _tuner(kernel, *problem, "export_results", "--study", "checkpoint", "--out", "results/climb.t4.json")
+    assert exported.returncode == 0, exported.stderr
+    climb = json.loads((kernel / "results" / "climb.t4.json").read_text())["results"]
+    assert climb[0]["configuration"] == results[0]["configuration"]          # its runs, though another study made them
+    assert climb[0]["times"]["runtimes"] == results[0]["times"]["runtimes"]
 
 
 def test_an_executable_program_gets_its_arguments_and_no_shell(kernel):
