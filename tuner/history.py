@@ -731,6 +731,16 @@ class History:
         except KeyError:
             return []
 
+    def samples(self, objective: str) -> dict[str, list[float]]:
+        """Each configuration's repeated measurements (plan hash -> the values of its runs) where ``objective`` repeats
+        its runs, from the trials of its studies (the oldest study's where several measured one); empty elsewhere."""
+        found: dict[str, list[float]] = {}
+        for name in (n for n in self.study_names() if n.endswith(f"@{objective}")):
+            for trial in self.trials(name):
+                if "samples" in trial.user_attrs:
+                    found.setdefault(trial.user_attrs["plan_hash"], trial.user_attrs["samples"])
+        return found
+
     @outlasting_outages
     def outcomes(self, name: str) -> list[tuple[str, float | None]]:
         """``(plan_hash, value)`` of every evaluation study ``name`` saw, in order; ``None`` where infeasible or

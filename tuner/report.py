@@ -110,16 +110,10 @@ def noise_info(history: History, objective: str) -> dict[str, Any]:
     """Where the objective measures each configuration several times (a program's ``--repeats``): per configuration
     (once, up to ``SCATTER_POINTS``), the median of its runs and their spread (max/min - 1), and the median spread;
     empty elsewhere."""
-    runs: dict[str, list[float]] = {}
-    for name in history.study_names():
-        if name.endswith(f"@{objective}"):
-            for trial in history.trials(name):
-                samples = trial.user_attrs.get("samples") or []
-                if len(samples) > 1 and all(isinstance(v, int | float) and v > 0 for v in samples):
-                    runs.setdefault(trial.user_attrs.get("plan_hash", str(trial.number)), samples)
-    if not runs:
+    kept = [samples for samples in history.samples(objective).values()
+            if len(samples) > 1 and all(isinstance(v, int | float) and v > 0 for v in samples)][:SCATTER_POINTS]
+    if not kept:
         return {}
-    kept = list(runs.values())[:SCATTER_POINTS]
     spread = [max(samples) / min(samples) - 1 for samples in kept]
     return {"median": [float(np.median(samples)) for samples in kept], "spread": spread, "typical": float(np.median(spread))}
 

@@ -755,9 +755,7 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
     reasons = {h: attrs["reason"] for h, attrs in kept.items() if "reason" in attrs}
     runtimes = {h: attrs["samples"] for h, attrs in kept.items() if "samples" in attrs}
     if ctx.objective_repeats > 1 and any(h not in runtimes for h in members):    # found in the history: another study's runs
-        for other in sorted(studies.keys() - {name}):
-            runtimes |= {t.user_attrs["plan_hash"]: t.user_attrs["samples"] for t in ctx.history.trials(other)
-                         if "samples" in t.user_attrs and t.user_attrs["plan_hash"] not in runtimes}
+        runtimes = ctx.history.samples(objective) | runtimes
     known = reasons.keys() | killed.keys()
     unknown = [h for h in members if h in rows[first] and rows[first][h].cycles is None and h not in known]
     if unknown and getattr(ctx.objective, "timeout_s", None) is None:      # a failure whose trial was thinned, where asking
