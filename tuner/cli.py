@@ -112,7 +112,7 @@ def _workers_args(p: argparse.ArgumentParser) -> None:
                         "same command started on other hosts against the same --history does (default 1)")
     p.add_argument("--worker-env", action="append", default=[], metavar="NAME=VALUE",
                    help="an environment variable for each worker, '{slot}' in VALUE becoming its number from 0, e.g. "
-                        "CUDA_VISIBLE_DEVICES={slot}; with one worker, this process's (slot 0) (repeatable)")
+                        "CUDA_VISIBLE_DEVICES={slot}; this process's own runs (with one worker, all of them) have slot 0's (repeatable)")
 
 
 def _repeats_arg(p: argparse.ArgumentParser, default: int, least: int = 1) -> None:
@@ -491,9 +491,7 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
     ctx = None
     try:
         slot = workers.stop_with_coordinator()
-        if in_workers:                                  # run: its searches in workers, the rest here
-            workers.slot_environments(args.workers, args.worker_env)       # a bad --worker-env before anything runs
-        elif getattr(args, "worker_env", None) and slot is None:          # one worker, this process: slot 0's environment
+        if getattr(args, "worker_env", None) and slot is None:    # this process measures as slot 0 (checked here first)
             os.environ.update(workers.slot_environments(1, args.worker_env)[0])
         ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command,
                                      log=lambda line: print(line, file=sys.stderr, flush=True), timeout_s=args.timeout_s,

@@ -514,7 +514,7 @@ def test_the_main_job_with_workers_runs_its_searches_in_them_and_the_rest_itself
     result = json.loads(out.stdout)
     runs = [line.split(" ", 1) for line in log.read_text().splitlines()]
     default = json.dumps({"bx": 32, "layout": "row", "tile": 1}, sort_keys=True)
-    assert runs[0] == ["-", default]                                    # the space's default, scored by the command itself
+    assert runs[0] == ["cuda:0", default]                    # the space's default, scored by the command itself, as slot 0
     assert {gpu for gpu, _ in runs[1:]} <= {"cuda:0", "cuda:1"} and len({c for _, c in runs}) == len(runs) > 1   # none twice
     assert [(step["step"], step.get("workers")) for step in result["steps"]] == [("run_objective", None), ("checkpoint", 2), ("quick", 2)]
     fastest = min(json.loads(c)["bx"] / json.loads(c)["tile"] for _, c in runs)
