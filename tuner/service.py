@@ -28,7 +28,7 @@ from tuner.objectives import Objective
 from tuner.objectives.base import brief, value_key
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.objectives.cache import T4_VERSION, CacheObjective, t4_result
-from tuner.objectives.command import CommandObjective, ProgramObjective
+from tuner.objectives.command import CommandObjective, ProgramObjective, repeats_of
 from tuner.plan import PROFILE_DIR, Plan, PlanError, plan_hash
 from tuner.plan import SPACE as PLAN_SPACE
 from tuner.search import Outcome, Search, Spec, number, of_optimum, shown
@@ -188,6 +188,23 @@ def counted(number: int, noun: str) -> str:
 def _log(ctx: Context, line: str) -> None:
     if ctx.log is not None:
         ctx.log(line)
+
+
+def _studies_elsewhere(ctx: Context) -> str:
+    """Where the history holds no study of the objective but some of the same program measured another number of
+    times: which, and the ``--repeats`` that reads them, to end a sentence; empty otherwise."""
+    counts = Counter(s["objective"] for s in ctx.history.sweeps())
+    base = repeats_of(ctx.objective.name)[0]
+    others = sorted((repeats_of(name)[1], name) for name in counts if repeats_of(name)[0] == base)
+    if counts[ctx.objective.name] or not others:
+        return ""
+    return "; it holds " + ", ".join(f"{counts[name]:,} {'study' if counts[name] == 1 else 'studies'} of {name} (--repeats {k} "
+                                     "reads them)" for k, name in others)
+
+
+def _say_studies_elsewhere(ctx: Context) -> None:
+    if elsewhere := _studies_elsewhere(ctx):
+        _log(ctx, f"the history holds no study of {ctx.objective.name}{elsewhere}")
 
 
 def _program(ws: Workspace, command: str) -> list[str]:
@@ -601,6 +618,7 @@ def rank_experiments(ctx: Context) -> dict[str, Any]:
     """Studies ranked by their best verified value in the authority mode (among each study's five best trials);
     where the objective's optimum is known (a replayed cache), each study's fraction of it."""
     first, last = _first_last(ctx)
+    _say_studies_elsewhere(ctx)
     rows = _study_bests(ctx)
     rows.sort(key=lambda r: (r[last], r[first], r["plan_hash"]))
     ranking = [{"rank": i + 1, **{k: v for k, v in r.items() if k != "plan"}} for i, r in enumerate(rows)]
@@ -615,6 +633,7 @@ def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
     then the authority, then the hash; ``best_verified`` (with its plan) is the best one correct in every
     mode that does not regress the authority."""
     _positive("limit", limit, allow_none=False)
+    _say_studies_elsewhere(ctx)
     last = _first_last(ctx)[1]
     current, label = _plan(ctx, None)
     cm = _measure(ctx, current, recorded=True)
@@ -738,7 +757,7 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
         raise ServiceError(f"out must name a .json file under {OUTPUT_DIR}/, got {quoted(out)}")
     studies = {s["study_name"]: s for s in ctx.history.sweeps() if s["objective"] == ctx.objective.name}
     if study is None and not studies:
-        raise ServiceError(f"the history holds no study of {ctx.objective.name}: nothing to export")
+        raise ServiceError(f"the history holds no study of {ctx.objective.name}: nothing to export{_studies_elsewhere(ctx)}")
     if study is None:
         name = max(studies.values(), key=lambda s: (s["updated"], s["study_name"]))["study_name"]
     else:                                                # a study's name, or the start of one name only
@@ -814,6 +833,7 @@ def report(ctx: Context, out: str = f"{OUTPUT_DIR}/report.html") -> dict[str, An
 
     if not isinstance(out, str) or not out.endswith(".html"):
         raise ServiceError(f"out must name an .html file under {OUTPUT_DIR}/, got {quoted(out)}")
+    _say_studies_elsewhere(ctx)
     info = report_info(ctx)
     title = f"Tuning report: {ctx.objective.label} ({ctx.objective.name})"
     return _written(ctx, "output", out, page(title, info, ctx.unit, ctx.objective.optimum)) | {

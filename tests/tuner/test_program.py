@@ -226,6 +226,24 @@ def test_a_noisy_programs_study_exports_every_measurement_of_each_configuration(
     assert climb[0]["times"]["runtimes"] == results[0]["times"]["runtimes"]
 
 
+def test_reading_a_noisy_programs_history_without_its_repeats_says_which_repeats_read_it(kernel):
+    """Values measured with --repeats K are another objective's (medians): reading them without it found no study,
+    and the report and the ranking came out empty without saying why."""
+    (kernel / "bench.py").write_text(NOISY)
+    problem = ("--objective", "command:bench.py", "--space", "space.t1.json")
+    searched = _tuner(kernel, *problem, "--repeats", "3", "search_plans", "--max-evals", "4", "--seed", "1")
+    assert searched.returncode == 0, searched.stderr
+    name = json.loads(_tuner(kernel, *problem, "--repeats", "3", "--json", "rank_experiments").stdout)["ranking"][0]["study"]
+    hint = f"it holds 1 study of {name.split('@')[1]} (--repeats 3 reads them)"
+    exported = _tuner(kernel, *problem, "export_results")
+    assert exported.returncode == 2 and exported.stderr.endswith(f"nothing to export; {hint}\n"), exported.stderr
+    assert not (kernel / "results" / "results.t4.json").exists()
+    for command in ("rank_experiments", "compare_history", "report"):
+        out = _tuner(kernel, *problem, command)
+        assert out.returncode == 0 and out.stderr.endswith(f"; {hint}\n"), (command, out.stderr)
+    assert _tuner(kernel, *problem, "--repeats", "3", "rank_experiments").stderr == ""
+
+
 def test_an_executable_program_gets_its_arguments_and_no_shell(kernel):
     script = kernel / "tools" / "bench.sh"
     script.parent.mkdir()

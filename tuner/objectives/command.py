@@ -43,8 +43,15 @@ from tuner.workspace import loads
 
 OUTPUT_KEPT = 1 << 20                   # bytes kept of a run's stdout and of its stderr (their ends): no run can fill memory
 CLOSE_GRACE_S = 1.0                     # seconds to wait for a run's pipes to close once it has ended and its group is killed
+MEDIAN_OF = ":median"                   # a command objective's name ends so when its values are medians of repeated runs
 REAPER = Path(__file__).with_name("reaper.py")     # kills the runs a tuner killed outright leaves behind
 _IGNORE = shutil.ignore_patterns(".git", ".venv", "__pycache__", "*.db", "*.db-*", "studies", ".pytest_cache")
+
+
+def repeats_of(objective: str) -> tuple[str, int]:
+    """An objective's name without the runs its values are the median of, and how many (1: single runs)."""
+    base, _, repeats = objective.partition(MEDIAN_OF)
+    return base, int(repeats) if repeats.isdigit() else 1
 
 
 def program_time(program: str, stdout: str, stderr: str) -> float:
@@ -129,7 +136,7 @@ class _Benchmark:
     def _named(self, scorer: bytes) -> str:
         """The objective's name in the history: ``command:`` and a digest of what scores (it changes when that does),
         with the repeats a value is the median of."""
-        return "command:" + hashlib.sha256(scorer).hexdigest()[:12] + (f":median{self.repeats}" if self.repeats > 1 else "")
+        return "command:" + hashlib.sha256(scorer).hexdigest()[:12] + (f"{MEDIAN_OF}{self.repeats}" if self.repeats > 1 else "")
 
     def _sandbox(self) -> Path:
         """The private copy of the workspace, made again when the program is gone from it (a run that removed its
