@@ -951,7 +951,7 @@ def _recheck(ctx: Context, default: Config, searched: float | None) -> tuple[dic
     _log(ctx, f"measuring the {counted(len(rows), 'best configuration')}" + ("" if key in rows else " and the space's default")
               + f" again, {ctx.objective_repeats} runs each (noise favours the searches' best)")
     rows.setdefault(key, {"source": "the space's default", "plan_hash": key, "plan": default, mode: searched})
-    measured = ctx.objective.evaluate(np.stack([space.encode(r["plan"]) for r in rows.values()]), mode)
+    measured = ctx.objective.evaluate(space.encode_many([r["plan"] for r in rows.values()]), mode)
     samples = dict(zip(rows, measured.samples, strict=True))               # empty where a run failed this time
     summaries = {h: noise.summary(samples[h]) for h in rows}
     again = {h: summary["median"] for h, summary in summaries.items()}

@@ -191,6 +191,7 @@ class Space:
         return np.array([k.index(config[k.name]) for k in self.knobs], dtype=np.int16)
 
     def encode_many(self, configs: list[Config]) -> np.ndarray:
+        """Index vectors of valid configurations, one row each."""
         if not configs:
             return np.zeros((0, len(self.knobs)), dtype=np.int16)
         return np.stack([self.encode(c) for c in configs])
