@@ -12,6 +12,7 @@ import signal
 import sys
 from collections.abc import Callable
 from importlib.metadata import PackageNotFoundError, version
+from typing import NoReturn
 
 BLAS_THREADS = ("OPENBLAS_NUM_THREADS", "OMP_NUM_THREADS", "MKL_NUM_THREADS")
 
@@ -47,3 +48,11 @@ def positive_number(kind: type[int] | type[float], cap: float) -> Callable[[str]
         return value
 
     return parse
+
+
+class Parser(argparse.ArgumentParser):
+    """The entry points' argument parser: bad arguments are refused in one line that says where the options are listed
+    (argparse's own refusal comes after its usage, which lists every option); exit status 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} ('{self.prog} --help' lists the options)\n")

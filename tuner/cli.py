@@ -22,7 +22,7 @@ from typing import Any
 
 from sqlalchemy.exc import SQLAlchemyError
 
-from tuner import package_version, positive_number, service, stopping, workers
+from tuner import Parser, package_version, positive_number, service, stopping, workers
 from tuner.history import OUTAGE_S, HistoryError, HistoryUnavailable, first_line, shown_url
 from tuner.objectives import ObjectiveError
 from tuner.objectives.base import brief
@@ -242,9 +242,9 @@ def _problem_options(p: argparse.ArgumentParser | argparse._ArgumentGroup, defau
                             "is kept in the trial (noisy timings; default 1)")
 
 
-class _Parser(argparse.ArgumentParser):
-    """The top parser. An argument no parser recognizes is refused by the command it follows, with that command's
-    usage (argparse's own refusal names only ``tuner`` and its usage)."""
+class _Parser(Parser):
+    """The parser of ``tuner`` and of each command. An argument no parser recognizes is refused by the command it
+    follows (argparse's own refusal names only ``tuner``)."""
 
     def parse_args(self, args: Any = None, namespace: Any = None) -> argparse.Namespace:
         args = sys.argv[1:] if args is None else list(args)

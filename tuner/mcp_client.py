@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import sys
@@ -13,6 +12,7 @@ from typing import Any
 
 import anyio
 
+from tuner import Parser
 from tuner.workspace import TELEMETRY, loads
 
 MANIFESTS = ".harnessgym/mcp"
@@ -99,7 +99,7 @@ def _failure(exc: BaseException, timeout: float) -> str:
 
 
 def main(root: Path, argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="mcp_call.py", description="Call one tool of a workspace MCP server.")
+    parser = Parser(prog="mcp_call.py", description="Call one tool of a workspace MCP server.")
     parser.add_argument("--server", required=True)
     parser.add_argument("--tool", required=True)
     parser.add_argument("--arguments", default="{}", help="JSON object of tool arguments")

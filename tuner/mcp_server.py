@@ -17,7 +17,6 @@ import tuner
 if __name__ == "__main__":                  # python -m tuner.mcp_server
     tuner.quiet_ctrl_c_while_loading()
 
-import argparse
 import contextlib
 import signal
 import sys
@@ -37,8 +36,8 @@ from mcp.types import ToolAnnotations
 from mcp_types import INVALID_PARAMS
 from pydantic import Field, StrictBool, StrictInt, StrictStr, ValidationError
 
+from tuner import Parser, package_version, positive_number
 from tuner import mcp_results as R
-from tuner import package_version, positive_number
 from tuner.stopping import described
 from tuner.workspace import LIMITS, MAX_PATH_CHARS, RESULT_PATH, SERVER_NAME, quoted
 
@@ -360,7 +359,7 @@ async def self_test(workspace: Path, history: str | None) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="tensor_plan_server", description=__doc__.splitlines()[0])
+    parser = Parser(prog="tensor_plan_server", description=__doc__.splitlines()[0])
     parser.add_argument("--workspace", default=".", help="workspace root (default: the current folder)")
     parser.add_argument("--history", default=None, help="history file or URL (default: WORKSPACE/studies/history.db)")
     parser.add_argument("--outage-s", type=positive_number(float, LIMITS["time_s"]), default=None, metavar="SECONDS",

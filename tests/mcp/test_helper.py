@@ -85,6 +85,17 @@ def test_a_call_past_its_timeout_says_so_and_the_search_is_saved_as_cancelled(wo
     assert state == "cancelled" and evaluations > 0
 
 
+@pytest.mark.parametrize(("script", "args", "said"), [
+    (HELPER, ["--tool", "run_objective"], "mcp_call.py: error: the following arguments are required: --server"),
+    (".harnessgym/mcp/tensor-plan-server/tensor_plan_server.py", ["--self-tset"],
+     "tensor_plan_server: error: unrecognized arguments: --self-tset"),
+])
+def test_bad_arguments_to_the_helper_or_the_server_are_one_line(workspace, script, args, said):
+    """argparse's refusal came after its usage, which lists every option."""
+    out = subprocess.run([sys.executable, script, *args], cwd=workspace, capture_output=True, text=True, env=child_env(), timeout=60)
+    assert out.returncode == 2 and out.stderr == f"{said} ('{said.split(':')[0]} --help' lists the options)\n", out.stderr
+
+
 @pytest.mark.parametrize(("edit", "message"), [
     (("tensor_plan_server.py", "gone.py"), "the server ended before it answered (what it printed on stderr, if anything, is above)"),
     (('"python3"', '"no-such-python"'), "the server cannot be started: No such file or directory: 'no-such-python'"),
