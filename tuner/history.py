@@ -411,6 +411,18 @@ def _reading(url: str) -> dict[str, Any]:
     return {"creator": connection}
 
 
+def _refused_path(file: Path) -> str | None:
+    """Why the system refuses ``file`` as a path (a name too long, a file where a folder should be), or ``None``; a
+    path that does not exist yet is no refusal."""
+    try:
+        file.stat()
+    except FileNotFoundError:
+        return None
+    except OSError as exc:
+        return str(exc.strerror)
+    return None
+
+
 def _unwritable(file: Path) -> str | None:
     """What keeps SQLite history ``file`` from being written here (a read-only mount, another user's file or folder;
     SQLite writes its log beside the file), or ``None``. A folder not made yet is judged by the first that exists."""
@@ -465,6 +477,8 @@ class History:
             raise HistoryUnavailable(f"cannot write history {url[:200]!r}: an in-memory database is one per connection pool, so "
                                      "Optuna's trials and the tuner's cache would not meet; give a file (PATH or sqlite:///PATH)")
         file = sqlite_file(url)
+        if file is not None and (why := _refused_path(file)):
+            raise HistoryUnavailable(f"cannot open history {_safe(url)}: {why}")
         if not read_only and file is not None and (why := _unwritable(file)):
             raise HistoryUnavailable(f"cannot write history {_safe(url)}: {why}; the commands that only read a history, such as "
                                      "compare_history, rank_experiments or report, read it there")

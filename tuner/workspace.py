@@ -73,7 +73,11 @@ class Workspace:
     @classmethod
     def at(cls, root: str | Path = ".", writes: frozenset[str] | tuple[str, ...] = WRITE_KINDS) -> Workspace:
         path = Path(root).resolve()
-        if not path.is_dir():
+        try:
+            is_dir = path.is_dir()
+        except OSError as exc:                              # a name too long, a folder that may not be searched
+            raise WorkspaceError(f"workspace {quoted(str(root))} cannot be read: {exc.strerror}") from None
+        if not is_dir:
             raise WorkspaceError(f"workspace {quoted(str(root))} is not a folder")
         return cls(path, frozenset(writes))
 

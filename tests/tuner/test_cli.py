@@ -67,12 +67,26 @@ def test_json_output_of_read_only_commands(workspace):
     (("--timeout-s", "5", "run_objective"), "(objective 'builtin' runs no program, and its values do not vary)"),
     (("record_result", "--path", "/tmp/elsewhere.json"), "outside the workspace"),
     (("local_neighborhood_search", "--fixture", "tensor_plan_attempt1_best", "--strategy", "quick"), "not allowed here"),
+    (("--history", "h" * 300 + ".db", "search_plans"), "h.db': File name too long"),                # was OSError, exit 1
+    (("--history", "h" * 300 + ".db", "rank_experiments"), "h.db': File name too long"),
+    (("--workspace", "w" * 300, "rank_experiments"), "(300 characters) cannot be read: File name too long"),
 ])
 def test_bad_input_exits_2_with_one_clear_line(workspace, args, fragment):
     out = tuner(workspace, *args)
     assert out.returncode == 2, out.stderr
     said, = out.stderr.splitlines()                                 # argparse's own errors too: no usage before them
     assert fragment in said and said.startswith("tuner"), out.stderr
+
+
+def test_a_history_under_a_file_is_bad_input_for_readers_and_writers(workspace):
+    """A file named ``studies`` where the default history's folder should be: a search said "FileExistsError: [Errno
+    17] File exists", and the commands that read the history took it for an empty one."""
+    shutil.rmtree(workspace / "studies", ignore_errors=True)
+    (workspace / "studies").write_text("not a folder")
+    for command in ("search_plans", "rank_experiments"):
+        out = tuner(workspace, command)
+        assert out.returncode == 2 and out.stderr.endswith("studies/history.db': Not a directory\n"), out.stderr
+    assert (workspace / "studies").read_text() == "not a folder"
 
 
 def test_bad_input_whose_message_quotes_line_breaks_is_still_one_line(workspace, capsys, monkeypatch):
