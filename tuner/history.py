@@ -232,7 +232,8 @@ def resolve_url(target: str | Path | None) -> str:
         return text
     if text == ":memory:":
         return "sqlite://"
-    return f"sqlite:///{Path(text).resolve()}"
+    path = str(Path(text).resolve()).replace("%", "%25").replace("?", "%3F")       # its own, not a query or an escape
+    return f"sqlite:///{path}"
 
 
 def _retry(action: Callable[[], T], errors: tuple[type[Exception], ...], attempts: int, pause_s: float) -> T:

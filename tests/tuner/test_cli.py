@@ -89,14 +89,15 @@ def test_a_history_under_a_file_is_bad_input_for_readers_and_writers(workspace):
     assert (workspace / "studies").read_text() == "not a folder"
 
 
-@pytest.mark.parametrize("name", ["h{SCHEMA_VERSION}.db", 'h{"x": 1}.db', "h{}.db"])
-def test_a_history_file_whose_name_holds_braces_is_one_file(workspace, name):
-    """Optuna fills ``{SCHEMA_VERSION}`` into its storage URL with str.format: other braces failed with a traceback,
-    and that one made Optuna open another file (``h12.db``), where the search found no studies table."""
+@pytest.mark.parametrize("name", ["h{SCHEMA_VERSION}.db", 'h{"x": 1}.db', "h{}.db", "h?x.db", "h?mode=ro.db", "h%20x.db", "h#x.db"])
+def test_a_history_file_is_the_path_given_whatever_its_name_holds(workspace, name):
+    """A path became a URL as written: what follows ``?`` was read as the URL's query (the history was the file ``h``)
+    and ``%20`` as a space. Optuna fills ``{SCHEMA_VERSION}`` into its storage URL with str.format: other braces
+    failed with a traceback, and that one made Optuna open another file (``h12.db``)."""
     history = str(workspace / name)
     searched = tuner(workspace, "--history", history, "--json", "search_plans", "--max-evals", "3", "--seed", "1")
     assert searched.returncode == 0 and "Traceback" not in searched.stderr, searched.stderr
-    assert sorted(p.name for p in workspace.glob("h*.db")) == [name]
+    assert sorted(p.name for p in workspace.iterdir() if p.name.startswith("h")) == [name]
     ranked = tuner(workspace, "--history", history, "--json", "rank_experiments")
     assert ranked.returncode == 0 and json.loads(ranked.stdout)["ranking"][0]["study"] == json.loads(searched.stdout)["study"]
 
