@@ -148,7 +148,8 @@ def _argument_errors(tool: Tool, exc: ValidationError) -> str:
         if kind == "missing":
             parts.append(f"argument {argument!r} is required")
         elif kind == "extra_forbidden":
-            parts.append(f"unknown argument {argument!r} (arguments: {', '.join(tool.parameters['properties'])})")
+            known = ", ".join(tool.parameters["properties"])
+            parts.append(f"unknown argument {argument!r} " + (f"(arguments: {known})" if known else f"({tool.name} takes none)"))
         else:
             fitting = [e for e in errors if not e["type"].endswith("_type")] or errors
             said = list(dict.fromkeys(e["msg"] for e in fitting))

@@ -86,6 +86,7 @@ ARGUMENT_ERRORS = [
     ("apply_candidate", {"candidate": "a", "dry_run": "false"},
      "argument 'plan' is required; argument 'dry_run': input should be a valid boolean, got 'false'; "
      "unknown argument 'candidate' (arguments: plan, dry_run, repeats)"),
+    ("rank_experiments", {"limit": 3}, "unknown argument 'limit' (rank_experiments takes none)"),          # not "(arguments: )"
 ]
 
 
