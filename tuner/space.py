@@ -498,6 +498,14 @@ def space_from_t1(data: Any, source: str = "T1 file") -> Space:
     conditions = config.get("Conditions") or []
     if not isinstance(conditions, list):
         raise SpaceError(f"{source}: Conditions must be a list")
+    names = [k.name for k in knobs]
+    for c in conditions:                                # the knobs a condition says its expression reads: a typo shows here
+        listed = c.get("Parameters", []) if isinstance(c, dict) else []
+        where = f"{source}: condition {_text(c.get('Expression'))[:80]}" if isinstance(c, dict) else ""
+        if not isinstance(listed, list):
+            raise SpaceError(f"{where}: its Parameters must be a list of knob names, got {_text(listed)[:60]}")
+        if unknown := [p for p in listed if p not in names]:
+            raise SpaceError(f"{where} lists unknown knobs {_text(unknown)} in its Parameters; the knobs are {_text(names, 200)}")
     expressions = [c.get("Expression") if isinstance(c, dict) else c for c in conditions]
     general = data.get("General") if isinstance(data.get("General"), dict) else {}
     return make_space(str(general.get("BenchmarkName") or Path(source).stem), knobs, expressions, source,

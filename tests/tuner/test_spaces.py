@@ -32,7 +32,8 @@ OTHER_GPU = ROOT / "perf" / "caches" / "convolution-RTX_2080Ti.json.gz"      # i
 
 def t1(params, conditions=()):
     return {"General": {"BenchmarkName": "toy"},
-            "ConfigurationSpace": {"TuningParameters": params, "Conditions": [{"Expression": c} for c in conditions]}}
+            "ConfigurationSpace": {"TuningParameters": params,
+                                   "Conditions": [c if isinstance(c, dict) else {"Expression": c} for c in conditions]}}
 
 
 def test_t1_values_conditions_defaults_and_kinds():
@@ -154,6 +155,10 @@ def test_the_kernel_plan_catalogue_is_a_t1_file():
     ([{"Name": "lambda", "Values": [1, 2]}], [], "knob name 'lambda' is not allowed"),
     ([{"Name": "len", "Values": [1, 2]}], [], "knob name 'len' is not allowed"),
     ([], [], "1 to 64 knobs"),
+    ([{"Name": "x", "Values": [1, 2]}, {"Name": "y", "Values": [1, 2]}], [{"Expression": "x > 1", "Parameters": ["x", "z"]}],
+     'T1 file: condition "x > 1" lists unknown knobs ["z"] in its Parameters; the knobs are ["x", "y"]'),   # was accepted
+    ([{"Name": "x", "Values": [1, 2]}], [{"Expression": "x > 1", "Parameters": "x"}],
+     'T1 file: condition "x > 1": its Parameters must be a list of knob names, got "x"'),
 ])
 def test_bad_space_files_are_refused_with_a_reason(params, conditions, fragment):
     with pytest.raises(SpaceError) as caught:
