@@ -36,6 +36,7 @@ Config = dict[str, Any]
 MAX_KNOBS = 64
 MAX_VALUES = 10_000                   # values of one knob
 MAX_NAME_CHARS = 100                  # of a knob's name (a history keeps a parameter's name in 512)
+T1_TYPES = ("int", "uint", "float", "bool", "string")    # a T1 knob's Type, where it gives one
 MAX_EXACT_INT = 2**53                 # integer values beyond this would be shown (Optuna, the dashboard) as other numbers
 MAX_COUPLED_MOVES = 4096              # joint values of the declared groups of coupled knobs, all together
 MAX_JSON_BYTES = 1 << 30              # JSON text of one file, once decompressed: a cache of about a million records
@@ -494,6 +495,9 @@ def space_from_t1(data: Any, source: str = "T1 file") -> Space:
     for i, p in enumerate(params):
         if not isinstance(p, dict):
             raise SpaceError(f"{source}: TuningParameters[{i}] is not an object")
+        if p.get("Type", T1_TYPES[0]) not in T1_TYPES:      # not read otherwise: the values are what the program receives
+            raise SpaceError(f"{source}: TuningParameters[{i}] ({quoted(p.get('Name'))}): Type {_text(p['Type'])} is not "
+                             f"one of {', '.join(T1_TYPES)}")
         knobs.append(make_knob(p.get("Name"), p.get("Values"), source, p.get("Default"), p.get("Kind")))
     conditions = config.get("Conditions") or []
     if not isinstance(conditions, list):

@@ -157,6 +157,8 @@ def test_the_kernel_plan_catalogue_is_a_t1_file():
     ([], [], "1 to 64 knobs"),
     ([{"Name": "x", "Values": [1, 2]}, {"Name": "y", "Values": [1, 2]}], [{"Expression": "x > 1", "Parameters": ["x", "z"]}],
      'T1 file: condition "x > 1" lists unknown knobs ["z"] in its Parameters; the knobs are ["x", "y"]'),   # was accepted
+    ([{"Name": "x", "Type": "integer", "Values": [1, 2]}], [], 'T1 file: TuningParameters[0] (\'x\'): Type "integer" is not one of '
+                                                          "int, uint, float, bool, string"),                   # was accepted
     ([{"Name": "x", "Values": [1, 2]}], [{"Expression": "x > 1", "Parameters": "x"}],
      'T1 file: condition "x > 1": its Parameters must be a list of knob names, got "x"'),
 ])
