@@ -45,7 +45,6 @@ DEFAULT_SEARCH_SECONDS = 50.0
 MAX_PLAN_KNOBS = 64                  # keys a plan object may have
 MAX_NOTE = 500                       # characters of a provenance note
 MAX_NAME = 100                       # characters of a fixture, profile or tool name
-MAX_USED = 50                        # tool names record_result may be told
 
 Reference = Annotated[StrictStr, Field(max_length=MAX_PATH_CHARS)]          # a fixture name or a file in the workspace
 PlanObject = Annotated[dict[str, Any], Field(max_length=MAX_PLAN_KNOBS)]
@@ -317,7 +316,7 @@ def build(workspace: Path, history: str | None = None, outage_s: float | None = 
         ctx: Context,
         path: Annotated[StrictStr, Field(max_length=MAX_PATH_CHARS, description="result JSON inside the workspace (a new file or an "
                                                                                 "earlier result, which is backed up)")] = RESULT_PATH,
-        used: Annotated[list[Name] | None, Field(max_length=MAX_USED, description="extra tool names to record as used")] = None,
+        used: Annotated[list[Name] | None, Field(max_length=LIMITS["tools"], description="extra tool names to record as used")] = None,
     ) -> R.RecordResult:
         """Run the final benchmark and write the iteration result (metrics.best_cycles = metrics.score) with the tools used."""
         return await server.call(ctx, "record_result", path=path, tools=used)

@@ -799,8 +799,10 @@ def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None
     """Run the final benchmark on the current plan and write the iteration result JSON
     (``metrics.best_cycles`` = ``metrics.score`` = final best_cycles) with the tools used."""
     ctx.tensor_plan_only("record_result")
-    if tools is not None and (not isinstance(tools, list) or not all(isinstance(t, str) for t in tools)):
-        raise ServiceError(f"tools must be a list of tool names, got {quoted(tools)}")
+    if tools is not None and (not isinstance(tools, list) or len(tools) > LIMITS["tools"]):
+        raise ServiceError(f"tools must be a list of at most {LIMITS['tools']} tool names, got {quoted(tools)}")
+    for tool in tools or []:
+        check_name(tool, "tool")
     if not isinstance(path, str) or not path.endswith(".json"):
         raise ServiceError(f"path must name a .json file, got {quoted(path)}")
     ctx.workspace.path(path)                           # confined, before the benchmark runs

@@ -35,7 +35,8 @@ RESULT_PATH = ".harnessgym/iteration_result.json"
 BACKUP_DIR = ".harnessgym/backups"
 NAME_PATTERN = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]{0,99}$")   # a plain file name stem: fixtures, profiles
 MAX_PATH_CHARS = 512                                        # longest path argument accepted
-LIMITS = {"time_s": 86_400, "max_evals": 10_000_000, "limit": 100, "repeats": 100}   # largest budgets, rows and repeats a tool accepts
+LIMITS = {"time_s": 86_400, "max_evals": 10_000_000, "limit": 100, "repeats": 100,    # largest budgets, rows and repeats a tool accepts,
+          "tools": 50}                                                                # and tool names record_result may be told
 WRITE_KINDS = ("plan", "fixture", "result", "output")       # what a workspace write may be
 OUTPUT_DIR = "results"                                      # where the main job's report and winner go (not read as fixtures)
 OUTPUT_BACKUPS = 3                                          # backups kept of each output (a report is 5 MB, made again each run)

@@ -67,6 +67,8 @@ def test_json_output_of_read_only_commands(workspace):
     (("--timeout-s", "5", "run_objective"), "(objective 'builtin' runs no program, and its values do not vary)"),
     (("record_result", "--path", "/tmp/elsewhere.json"), "outside the workspace"),
     (("local_neighborhood_search", "--fixture", "tensor_plan_attempt1_best", "--strategy", "quick"), "not allowed here"),
+    (("record_result", "--tools", "t" * 1000), "(1000 characters) is not allowed"),                 # was written as it came
+    (("record_result", "--tools", *map(str, range(51))), "tools must be a list of at most 50 tool names"),
     (("--history", "h" * 300 + ".db", "search_plans"), "h.db': File name too long"),                # was OSError, exit 1
     (("--history", "h" * 300 + ".db", "rank_experiments"), "h.db': File name too long"),
     (("--workspace", "w" * 300, "rank_experiments"), "(300 characters) cannot be read: File name too long"),
