@@ -420,7 +420,7 @@ def _refused_path(file: Path) -> str | None:
     except FileNotFoundError:
         return None
     except OSError as exc:
-        return str(exc.strerror)
+        return exc.strerror or str(exc)
     return None
 
 

@@ -503,9 +503,8 @@ def space_from_t1(data: Any, source: str = "T1 file") -> Space:
     if not isinstance(conditions, list):
         raise SpaceError(f"{source}: Conditions must be a list")
     names = [k.name for k in knobs]
-    for c in conditions:                                # the knobs a condition says its expression reads: a typo shows here
-        listed = c.get("Parameters", []) if isinstance(c, dict) else []
-        where = f"{source}: condition {_text(c.get('Expression'))[:80]}" if isinstance(c, dict) else ""
+    for c in (c for c in conditions if isinstance(c, dict)):     # the knobs it says its expression reads: a typo shows here
+        listed, where = c.get("Parameters", []), f"{source}: condition {_text(c.get('Expression'))[:80]}"
         if not isinstance(listed, list):
             raise SpaceError(f"{where}: its Parameters must be a list of knob names, got {_text(listed)[:60]}")
         if unknown := [p for p in listed if p not in names]:
