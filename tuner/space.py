@@ -559,7 +559,8 @@ def read_json(path: str | Path, what: str, completed: Callable[[str], str] | Non
 def space_from_cache(data: dict[str, Any], source: str) -> Space:
     """The space of a Kernel Tuner cache object: its ``tune_params`` (a cache records no restrictions)."""
     if "tune_params" not in data:
-        raise SpaceError(f"{source}: a Kernel Tuner cache needs tune_params")
+        raise SpaceError(f"{source}: a Kernel Tuner cache needs tune_params"
+                         + ("; this is a T1 space file, which --space takes" if "ConfigurationSpace" in data else ""))
     return space_from_tune_params(data["tune_params"], data.get("tune_params_keys"), str(data.get("kernel_name") or Path(source).stem),
                                   source)
 

@@ -370,6 +370,7 @@ def _gz(data) -> bytes:
 @pytest.mark.parametrize(("content", "fragment"), [
     (_gz({"tune_params": {"a": [1]}, "cache": {}})[:20], "cannot be read"),
     (_gz({"cache": {}}), "needs tune_params"),
+    (_gz({"ConfigurationSpace": {"TuningParameters": []}}), "needs tune_params; this is a T1 space file, which --space takes"),
     (_gz({"tune_params": {"a": 3}, "tune_params_keys": ["a"], "cache": {}}), "values must be a non-empty list"),
     (_gz({"results": [_t4_result({"a": [1, 2]}, 1.0)]}), "results[0]: knob 'a': '[1, 2]' is not a number, string or boolean"),
     (_gz({"results": [{**_t4_result({"a": 1}, 1.0), "measurements": 5}]}), "results[0]: measurements must be a list"),
