@@ -51,6 +51,7 @@ from sqlalchemy import (
     func,
     insert,
     inspect,
+    or_,
     select,
     text,
 )
@@ -756,6 +757,30 @@ class History:
                 if "samples" in trial.user_attrs:
                     found.setdefault(trial.user_attrs["plan_hash"], trial.user_attrs["samples"])
         return found
+
+    @outlasting_outages
+    def failures(self, objective: str, mode: str) -> tuple[int, dict[str, str | None]]:
+        """How many configurations ``objective`` scored in ``mode``, and each one without a value (infeasible, or a
+        value that failed the problem's check) by plan hash, with the reason a trial of the objective's studies kept for
+        it (``None`` where none did: an incorrect value, or a trial not kept). Two queries and one over the reasons."""
+        failing = or_(EVALUATIONS.c.best_cycles.is_(None), EVALUATIONS.c.correct == 0)
+        of = and_(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode)
+        reason, hashed = _ATTRS.alias(), _ATTRS.alias()
+        kept = (select(hashed.c.value_json, reason.c.value_json)
+                .join_from(_TRIALS, reason, and_(reason.c.trial_id == _TRIALS.c.trial_id, reason.c.key == "reason"))
+                .join(hashed, and_(hashed.c.trial_id == _TRIALS.c.trial_id, hashed.c.key == "plan_hash"))
+                .join(_STUDIES, _STUDIES.c.study_id == _TRIALS.c.study_id)
+                .where(_STUDIES.c.study_name.endswith(f"@{objective}", autoescape=True)))
+        with self.connect() as connection:
+            scored = connection.execute(select(func.count()).select_from(EVALUATIONS).where(of)).scalar_one()
+            failed: dict[str, str | None] = dict.fromkeys(connection.execute(select(EVALUATIONS.c.plan_hash).where(of, failing))
+                                                          .scalars())
+            if failed:
+                for plan, why in connection.execute(kept):
+                    plan_hash = json.loads(plan)
+                    if plan_hash in failed and failed[plan_hash] is None:       # the first study's, as the cache keeps one
+                        failed[plan_hash] = str(json.loads(why))
+        return scored, failed
 
     @outlasting_outages
     def outcomes(self, name: str) -> list[tuple[str, float | None]]:

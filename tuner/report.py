@@ -9,6 +9,7 @@ mode) are left out. Values are the objective's (cycles or ms): lower is better.
 from __future__ import annotations
 
 import math
+from collections import Counter
 from html import escape
 from typing import Any
 
@@ -17,11 +18,13 @@ import optuna
 from optuna.trial import TrialState, create_trial
 
 from tuner.history import History
+from tuner.objectives.base import reason_group
 from tuner.space import Space
 
 IMPORTANCE_TRIALS = 1000        # trials of the largest study the importance is fitted to (evenly spaced)
 SCATTER_POINTS = 5000           # plans scored in both modes shown in the scatter
 MARGINAL_SAMPLE = 20000         # evaluations the per-knob marginals summarise (a fixed sample by plan hash)
+FAILURE_BARS = 12               # reasons for failing drawn one by one; the rest as one bar
 
 
 def convergence_info(history: History, objective: str) -> list[dict[str, Any]]:
@@ -118,6 +121,24 @@ def noise_info(history: History, objective: str) -> dict[str, Any]:
     return {"median": [float(np.median(samples)) for samples in kept], "spread": spread, "typical": float(np.median(spread))}
 
 
+def failures_info(history: History, objective: str, mode: str) -> dict[str, Any]:
+    """How many of the configurations ``objective`` scored in ``mode`` have no value, by reason (the start of the one a
+    trial kept; "incorrect" for a value that failed the problem's check; "no reason kept" where no trial kept one),
+    the most frequent first: ``{"scored": N, "failed": F, "reasons": {reason: count}}``; empty when none failed."""
+    scored, failed = history.failures(objective, mode)
+    if not failed:
+        return {}
+    rows = history.cached(objective, mode, [h for h, why in failed.items() if why is None])
+    reasons = Counter(reason_group(why) if why is not None
+                      else "incorrect" if h in rows and rows[h].cycles is not None else "no reason kept"
+                      for h, why in failed.items())
+    ranked = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
+    shown = dict(ranked[:FAILURE_BARS])
+    if rest := sum(count for _, count in ranked[FAILURE_BARS:]):
+        shown[f"{len(ranked) - FAILURE_BARS} other reasons"] = rest
+    return {"scored": scored, "failed": len(failed), "reasons": shown}
+
+
 def log_ticks(values: list[float]) -> dict[str, Any]:
     """Plotly axis settings that label a log axis over ``values`` with 4 to 12 round numbers written out in full
     (``20k``, ``1.5M``, ``7``), where plotly's own would write the digits of each decade alone (``2 5 10 2 5``); none
@@ -172,6 +193,12 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
         fig.update_layout(xaxis_title="importance (PED-ANOVA)", height=max(300, 22 * len(knobs)))
         of = info["importance"]
         figures.append((f"Knob importance (over {of['evaluations']:,} evaluations of {of['study']})", fig))
+    if failures := info.get("failures"):
+        reasons = list(failures["reasons"])[::-1]
+        fig = go.Figure(go.Bar(x=[failures["reasons"][r] for r in reasons], y=reasons, orientation="h"))
+        fig.update_layout(xaxis_title="configurations", height=max(300, 26 * len(reasons)))
+        figures.append((f"Failures: {failures['failed']:,} of the {failures['scored']:,} configurations scored have no value, "
+                        "by reason", fig))
     for mode, plans in info.get("trace", {}).items():
         components = sorted({c for cases in plans.values() for comps in cases.values() for c in comps})
         bars = []

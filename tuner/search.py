@@ -25,7 +25,7 @@ from tuner import stopping
 from tuner.claims import Worker
 from tuner.history import History, Row, TrialRecord, rows_of
 from tuner.objectives import Evaluations, Objective
-from tuner.objectives.base import brief
+from tuner.objectives.base import reason_group
 from tuner.space import Space
 
 Progress = Callable[[int, int, str], None]
@@ -35,7 +35,6 @@ DASHBOARD_TRIALS = 200              # a run's first trials, all kept as Optuna t
 THIN_EVERY = 20                     # (every evaluation stays in tuner_members: resume and the summaries stay exact)
 SYNC_S = 1.0                        # how often a search reads what the study's other workers scored
 POLL_S = 1.0                        # the longest wait between looks at work other workers are finishing
-REASON_CHARS = 100                  # failures are grouped by the start of their reason (a stderr tail varies run by run)
 REASONS_SHOWN = 3                   # the most common failure reasons a search's result lists
 
 @dataclass(frozen=True)
@@ -297,9 +296,9 @@ class Search:
         return rows
 
     def count_failed(self, reason: str, count: int = 1) -> None:
-        """Count ``count`` new evaluations without a value, by the start of their ``reason`` on one line (:func:`brief`)."""
+        """Count ``count`` new evaluations without a value, by the start of their ``reason`` (:func:`reason_group`)."""
         if count:
-            self.failures[brief(reason)[:REASON_CHARS]] += count
+            self.failures[reason_group(reason)] += count
 
     def measure(self, idx: np.ndarray) -> tuple[np.ndarray, int]:
         """Values of ``idx`` in the search's mode (``inf``: ruled out, infeasible or incorrect) for a sweep that claims

@@ -829,7 +829,8 @@ REPORT_PLANS = {"baseline": "baseline_row_major", "iteration-2": "tensor_plan_it
 def report(ctx: Context, out: str = f"{OUTPUT_DIR}/report.html") -> dict[str, Any]:
     """Write the HTML report of the history (plotly, works offline) to ``out`` under results/: convergence,
     knob importance, per-knob marginals and, where the problem has them, the dev/final scatter, the
-    winner's trace against the baseline and iteration-2, and a noisy program's spread of runs. Returns its path and
+    winner's trace against the baseline and iteration-2, the configurations without a value by reason, and a noisy
+    program's spread of runs. Returns its path and
     the sections it holds."""
     from tuner.report import page
 
@@ -850,7 +851,8 @@ def report_info(ctx: Context) -> dict[str, Any]:
     name, space, history = ctx.objective.name, ctx.objective.space, ctx.history
     info: dict[str, Any] = {"convergence": figures.convergence_info(history, name),
                             "importance": figures.importance_info(history, name, first, space),
-                            "marginals": figures.marginals_info(history, name, first, space)}
+                            "marginals": figures.marginals_info(history, name, first, space),
+                            "failures": figures.failures_info(history, name, first)}
     if last != first:
         info["scatter"] = figures.scatter_info(history, name, first, last)
     if ctx.objective_repeats > 1:

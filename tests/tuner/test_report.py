@@ -86,6 +86,45 @@ def test_report_of_a_cache_leaves_out_what_does_not_apply(tmp_path):
     ctx.close()
 
 
+def test_the_report_counts_the_configurations_without_a_value_by_reason(tmp_path, monkeypatch):
+    """A search where most configurations fail (a replayed cache without its restrictions, a program that crashes)
+    drew no section for them, and where every one failed the page said the history held no scored plans."""
+    records = {(32, 1): 1.0, (64, 1): "InvalidConfig", (128, 1): "InvalidConfig", (32, 2): "RuntimeFailedConfig"}
+    cache = toy_cache(tmp_path, records)                        # (64, 2) and (128, 2) not measured
+    ctx = service.Context.create(tmp_path, objective=f"cache:{cache}")
+    service.search_plans(ctx, "quick", max_evals=10, seed=0)      # the whole space of 6
+    info = report.failures_info(ctx.history, ctx.objective.name, "time")
+    assert info == {"scored": 6, "failed": 5, "reasons": {"InvalidConfig": 2, "not measured": 2, "RuntimeFailedConfig": 1}}
+    out = service.report(ctx)
+    assert "failures" in out["sections"]
+    assert "Failures: 5 of the 6 configurations scored have no value, by reason" in (tmp_path / out["path"]).read_text()
+    ctx.close()
+    monkeypatch.chdir(tmp_path)                                 # the program's path is read from the working folder
+    (tmp_path / "bench.py").write_text("import json\nprint(json.dumps({'error': 'no device'}))\n")
+    (tmp_path / "space.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [{"Name": "a", "Values": [1, 2]}]}}))
+    ctx = service.Context.create(tmp_path, objective="command:bench.py", space="space.t1.json")
+    service.search_plans(ctx, "quick", max_evals=2, seed=0)
+    assert report.failures_info(ctx.history, ctx.objective.name, "time") == {"scored": 2, "failed": 2, "reasons": {"no device": 2}}
+    out = service.report(ctx)
+    assert out["sections"] == ["failures"]
+    assert "holds no scored plans" not in (tmp_path / out["path"]).read_text()
+    ctx.close()
+
+
+def test_failures_beyond_the_drawn_reasons_are_one_bar():
+    """A program whose every failure says something else (a stderr tail) would draw a bar per configuration."""
+    class Failing:
+        def failures(self, objective, mode):
+            return 40, {f"h{i}": f"exited 1: error {i}" for i in range(20)}
+
+        def cached(self, objective, mode, hashes):
+            return {}
+
+    info = report.failures_info(Failing(), "o", "time")
+    assert info["failed"] == 20 and len(info["reasons"]) == report.FAILURE_BARS + 1
+    assert info["reasons"]["8 other reasons"] == 8 and sum(info["reasons"].values()) == 20
+
+
 ALTERNATING = """import json, sys
 c = json.load(sys.stdin)
 with open(sys.argv[1], "a+") as log:                     # every other run of the program is 10% slower
@@ -208,7 +247,7 @@ def test_the_report_renders_every_figure_in_headless_chromium(searched):
     from playwright.sync_api import sync_playwright
 
     out = service.report(service.Context.create(searched, tool="report"))
-    assert set(out["sections"]) == {"convergence", "importance", "marginals", "scatter", "trace"}
+    assert set(out["sections"]) == {"convergence", "importance", "marginals", "scatter", "trace", "failures"}   # some plans are incorrect
     path = Path(searched / out["path"])
     assert "the cache's optimum" not in path.read_text()                 # the tensor plan's best is not known
     errors: list[str] = []
@@ -228,7 +267,8 @@ def test_the_report_renders_every_figure_in_headless_chromium(searched):
         browser.close()
     assert errors == []
     marginals = sum(1 for size in SPACE.sizes if size > 1)
-    assert headings == len(plots) == 1 + 1 + 2 + 1 + marginals        # convergence, importance, trace x2, scatter, marginals
+    assert headings == len(plots) == 1 + 1 + 1 + 2 + 1 + marginals    # convergence, importance, failures, trace x2, scatter,
+                                                                        # marginals
     assert all(count > 0 for count in plots)
     scale = {"k": 1e3, "M": 1e6}                        # the convergence's log axis: round numbers in full, in order
     ticks = [float(t.rstrip("kM")) * scale.get(t[-1], 1) for t in labels]      # (not a decade's digits: 2 5 100k 2 5 1M)

@@ -13,6 +13,7 @@ from tuner.space import Space
 TIME = "time"                                               # the one mode of a measured problem (ms, lower is better)
 MODE_CHARS = 16                                             # the longest name of a mode (the history keeps it so)
 RULED_OUT = "ruled out by the space's restrictions"
+REASON_CHARS = 100                                          # of a reason that failures are grouped by
 
 
 def as_float(value: Any) -> float:
@@ -28,6 +29,11 @@ def brief(reason: str | None) -> str:
     """A failure's reason on one line: its first and last lines, where a program's stderr makes it several."""
     lines = [line.strip() for line in (reason or "no reason given").splitlines() if line.strip()] or ["no reason given"]
     return lines[0] if len(lines) == 1 else f"{lines[0]} ... {lines[-1]}"
+
+
+def reason_group(reason: str | None) -> str:
+    """What failures are counted by: the start of their reason on one line (a program's stderr tail varies run by run)."""
+    return brief(reason)[:REASON_CHARS]
 
 
 def value_key(mode: str, unit: str) -> str:
