@@ -122,21 +122,21 @@ def noise_info(history: History, objective: str) -> dict[str, Any]:
 
 
 def failures_info(history: History, objective: str, mode: str) -> dict[str, Any]:
-    """How many of the configurations ``objective`` scored in ``mode`` have no value, by reason (the start of the one a
-    trial kept; "incorrect" for a value that failed the problem's check; "no reason kept" where no trial kept one),
-    the most frequent first: ``{"scored": N, "failed": F, "reasons": {reason: count}}``; empty when none failed."""
+    """How many of the configurations ``objective`` scored in ``mode`` have no value (``scored``, ``failed``), and of
+    those whose reason is known (``explained``: a trial kept it, or the value failed the problem's check, "incorrect";
+    a long search keeps a sample of its trials), how many by the start of their reason, the most frequent first;
+    empty when none failed."""
     scored, failed = history.failures(objective, mode)
     if not failed:
         return {}
     rows = history.cached(objective, mode, [h for h, why in failed.items() if why is None])
-    reasons = Counter(reason_group(why) if why is not None
-                      else "incorrect" if h in rows and rows[h].cycles is not None else "no reason kept"
-                      for h, why in failed.items())
+    reasons = Counter(reason_group(why) if why is not None else "incorrect" for h, why in failed.items()
+                      if why is not None or (h in rows and rows[h].cycles is not None))
     ranked = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
     shown = dict(ranked[:FAILURE_BARS])
     if rest := sum(count for _, count in ranked[FAILURE_BARS:]):
         shown[f"{len(ranked) - FAILURE_BARS} other reasons"] = rest
-    return {"scored": scored, "failed": len(failed), "reasons": shown}
+    return {"scored": scored, "failed": len(failed), "explained": sum(reasons.values()), "reasons": shown}
 
 
 def log_ticks(values: list[float]) -> dict[str, Any]:
@@ -193,12 +193,14 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
         fig.update_layout(xaxis_title="importance (PED-ANOVA)", height=max(300, 22 * len(knobs)))
         of = info["importance"]
         figures.append((f"Knob importance (over {of['evaluations']:,} evaluations of {of['study']})", fig))
-    if failures := info.get("failures"):
+    if (failures := info.get("failures")) and failures["reasons"]:
         reasons = list(failures["reasons"])[::-1]
         fig = go.Figure(go.Bar(x=[failures["reasons"][r] for r in reasons], y=reasons, orientation="h"))
         fig.update_layout(xaxis_title="configurations", height=max(300, 26 * len(reasons)))
-        figures.append((f"Failures: {failures['failed']:,} of the {failures['scored']:,} configurations scored have no value, "
-                        "by reason", fig))
+        which = ("by reason" if failures["explained"] == failures["failed"] else
+                 f"the reasons of the {failures['explained']:,} whose trial was kept (a long search keeps a sample of its trials)")
+        figures.append((f"Failures: {failures['failed']:,} of the {failures['scored']:,} configurations scored have no value; "
+                        + which, fig))
     for mode, plans in info.get("trace", {}).items():
         components = sorted({c for cases in plans.values() for comps in cases.values() for c in comps})
         bars = []

@@ -94,20 +94,39 @@ def test_the_report_counts_the_configurations_without_a_value_by_reason(tmp_path
     ctx = service.Context.create(tmp_path, objective=f"cache:{cache}")
     service.search_plans(ctx, "quick", max_evals=10, seed=0)      # the whole space of 6
     info = report.failures_info(ctx.history, ctx.objective.name, "time")
-    assert info == {"scored": 6, "failed": 5, "reasons": {"InvalidConfig": 2, "not measured": 2, "RuntimeFailedConfig": 1}}
+    assert info == {"scored": 6, "failed": 5, "explained": 5,
+                    "reasons": {"InvalidConfig": 2, "not measured": 2, "RuntimeFailedConfig": 1}}
     out = service.report(ctx)
     assert "failures" in out["sections"]
-    assert "Failures: 5 of the 6 configurations scored have no value, by reason" in (tmp_path / out["path"]).read_text()
+    assert "Failures: 5 of the 6 configurations scored have no value; by reason" in (tmp_path / out["path"]).read_text()
     ctx.close()
     monkeypatch.chdir(tmp_path)                                 # the program's path is read from the working folder
     (tmp_path / "bench.py").write_text("import json\nprint(json.dumps({'error': 'no device'}))\n")
     (tmp_path / "space.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [{"Name": "a", "Values": [1, 2]}]}}))
     ctx = service.Context.create(tmp_path, objective="command:bench.py", space="space.t1.json")
     service.search_plans(ctx, "quick", max_evals=2, seed=0)
-    assert report.failures_info(ctx.history, ctx.objective.name, "time") == {"scored": 2, "failed": 2, "reasons": {"no device": 2}}
+    assert report.failures_info(ctx.history, ctx.objective.name, "time") == {"scored": 2, "failed": 2, "explained": 2,
+                                                                             "reasons": {"no device": 2}}
     out = service.report(ctx)
     assert out["sections"] == ["failures"]
     assert "holds no scored plans" not in (tmp_path / out["path"]).read_text()
+    ctx.close()
+
+
+def test_a_long_searchs_failures_are_all_counted_and_explained_by_the_trials_it_kept(tmp_path):
+    """Past its first 200 evaluations a search keeps a sample of its trials, where failures' reasons are: the count is
+    every failed configuration's, the reasons those of the kept trials', and the heading says so."""
+    tune_params = {"x": list(range(30)), "y": list(range(30))}
+    records = {(x, y): 1.0 + x + y for x in range(30) for y in range(30) if (x + y) % 3}       # a third not measured
+    cache = toy_cache(tmp_path, records, tune_params=tune_params)
+    ctx = service.Context.create(tmp_path, objective=f"cache:{cache}")
+    found = service.search_plans(ctx, "quick", max_evals=400, seed=0)
+    info = report.failures_info(ctx.history, ctx.objective.name, "time")
+    assert info["scored"] == 400 and info["failed"] == found["failed"] > 0
+    assert 0 < info["explained"] < info["failed"] and info["reasons"] == {"not measured": info["explained"]}
+    heading = [h for h, _ in report.figures({"failures": info}, "ms")]
+    assert heading == [f"Failures: {info['failed']:,} of the 400 configurations scored have no value; the reasons of the "
+                       f"{info['explained']:,} whose trial was kept (a long search keeps a sample of its trials)"]
     ctx.close()
 
 
@@ -121,7 +140,7 @@ def test_failures_beyond_the_drawn_reasons_are_one_bar():
             return {}
 
     info = report.failures_info(Failing(), "o", "time")
-    assert info["failed"] == 20 and len(info["reasons"]) == report.FAILURE_BARS + 1
+    assert info["failed"] == info["explained"] == 20 and len(info["reasons"]) == report.FAILURE_BARS + 1
     assert info["reasons"]["8 other reasons"] == 8 and sum(info["reasons"].values()) == 20
 
 
