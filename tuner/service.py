@@ -191,15 +191,21 @@ def _log(ctx: Context, line: str) -> None:
 
 
 def _studies_elsewhere(ctx: Context) -> str:
-    """Where the history holds no study of the objective but some of the same program measured another number of
-    times: which, and the ``--repeats`` that reads them, to end a sentence; empty otherwise."""
+    """Where the history holds no study of the objective but some of others, what they are, to end a sentence: those
+    of the same program measured another number of times with the ``--repeats`` that reads them, else how many there
+    are; empty otherwise."""
     counts = Counter(s["objective"] for s in ctx.history.sweeps())
-    base = repeats_of(ctx.objective.name)[0]
-    others = sorted((repeats_of(name)[1], name) for name in counts if repeats_of(name)[0] == base)
-    if counts[ctx.objective.name] or not others:
+    if counts[ctx.objective.name] or not counts:
         return ""
-    return "; it holds " + ", ".join(f"{counts[name]:,} {'study' if counts[name] == 1 else 'studies'} of {name} (--repeats {k} "
-                                     "reads them)" for k, name in others)
+
+    def studies(count: int) -> str:
+        return f"{count:,} {'study' if count == 1 else 'studies'}"
+
+    base = repeats_of(ctx.objective.name)[0]
+    if same := sorted((repeats_of(name)[1], name) for name in counts if repeats_of(name)[0] == base):
+        return "; it holds " + ", ".join(f"{studies(counts[name])} of {name} (--repeats {k} reads them)" for k, name in same)
+    return (f"; it holds {studies(counts.total())} of other objectives (another problem's, or this one's before its scorer "
+            "changed: resume_search_history lists them)")
 
 
 def _say_studies_elsewhere(ctx: Context) -> None:
@@ -634,6 +640,11 @@ def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
     mode that does not regress the authority."""
     _positive("limit", limit, allow_none=False)
     _say_studies_elsewhere(ctx)
+    return _compared(ctx, int(limit))
+
+
+def _compared(ctx: Context, limit: int) -> dict[str, Any]:
+    """:func:`compare_history`, for the steps that use it on the way (the report, the main job): it says nothing."""
     last = _first_last(ctx)[1]
     current, label = _plan(ctx, None)
     cm = _measure(ctx, current, recorded=True)
@@ -645,7 +656,7 @@ def compare_history(ctx: Context, limit: int = 10) -> dict[str, Any]:
     verified = [r for r in rows if r["correct"] and all(r[m] is not None for m in ctx.objective.modes)
                 and (cm[last]["best_cycles"] is None or r[last] <= cm[last]["best_cycles"])]
     best = verified[0] if verified else None
-    return {"rows": [{k: v for k, v in r.items() if k != "plan"} for r in rows[:int(limit)]], "best_verified": best,
+    return {"rows": [{k: v for k, v in r.items() if k != "plan"} for r in rows[:limit]], "best_verified": best,
             "current_is_best": best is not None and best["plan_hash"] == ctx.objective.space.hash(current)} | (
             {"unreadable_fixtures": unreadable} if unreadable else {})
 
@@ -858,7 +869,7 @@ def report_info(ctx: Context) -> dict[str, Any]:
     if ctx.objective_repeats > 1:
         info["noise"] = figures.noise_info(history, name)
     if ctx.is_plan:
-        best = compare_history(ctx, limit=1)["best_verified"]
+        best = _compared(ctx, 1)["best_verified"]
         plans = {"winner": best["plan"] if best else ctx.workspace.current_plan()}
         plans |= {label: ctx.workspace.resolve_plan(f)[0] for label, f in REPORT_PLANS.items() if f in ctx.workspace.fixture_names()}
         info["trace"] = figures.trace_info({label: {m: ctx.objective.report(plan, m) for m in ctx.objective.modes}
@@ -937,7 +948,7 @@ def run_workflow(ctx: Context, time_s: float = 120.0, apply: bool = False, seed:
             fixture = _fixture_object(ctx, "tuner_run_best", winner, "python -m tuner run --apply", "the main job's applied winner")
             outcome["fixture"] = _write_output(ctx, RUN_BEST, fixture)
     _log(ctx, "comparing with the history and writing the report")
-    outcome["history"] = compare_history(ctx, limit=5)
+    outcome["history"] = _compared(ctx, 5)
     outcome["report"] = report(ctx)
     outcome["seconds"] = round(time.monotonic() - started, 2)          # all of it, the verification and report too
     return outcome
@@ -1023,7 +1034,7 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
         ("quick", lambda left: _search_step(ctx, "search_plans", strategy="quick", max_evals=RUN_QUICK_EVALS, time_s=left,
                                             seed=seed))])]
     _log(ctx, "comparing with the history and writing the report")
-    history = compare_history(ctx, limit=5)
+    history = _compared(ctx, 5)
     if (best := history["best_verified"]) is not None and ctx.objective_repeats > 1:
         outcome["recheck"], again, fresh = _recheck(ctx, default, value)
         if again is not None:                       # else every one failed this time: the history's best stands

@@ -104,6 +104,20 @@ def test_a_history_file_is_the_path_given_whatever_its_name_holds(workspace, nam
     assert ranked.returncode == 0 and json.loads(ranked.stdout)["ranking"][0]["study"] == json.loads(searched.stdout)["study"]
 
 
+def test_reading_a_history_that_holds_only_other_objectives_studies_says_so(workspace):
+    """The ranking, the comparison and the report came out empty without saying that the history holds studies, only
+    not of this objective (another problem's, or this one's before its model changed)."""
+    cache = ROOT / "perf" / "caches" / "convolution-RTX_2080Ti.json.gz"
+    assert tuner(workspace, "--objective", f"cache:{cache}", "search_plans", "--max-evals", "3").returncode == 0
+    for command in ("rank_experiments", "compare_history", "report"):
+        out = tuner(workspace, command)
+        assert out.returncode == 0 and out.stderr.endswith(
+            "; it holds 1 study of other objectives (another problem's, or this one's before its scorer changed: "
+            "resume_search_history lists them)\n"), (command, out.stderr)
+        assert out.stderr.count("the history holds no study of builtin:") == 1, out.stderr        # said once
+    assert tuner(workspace, "--objective", f"cache:{cache}", "rank_experiments").stderr == ""
+
+
 def test_bad_input_whose_message_quotes_line_breaks_is_still_one_line(workspace, capsys, monkeypatch):
     from tuner.cli import COMMANDS, main
     from tuner.space import SpaceError
