@@ -762,7 +762,7 @@ class History:
     def failures(self, objective: str, mode: str) -> tuple[int, dict[str, str | None]]:
         """How many configurations ``objective`` scored in ``mode``, and each one without a value (infeasible, or a
         value that failed the problem's check) by plan hash, with the reason a trial of the objective's studies kept for
-        it (``None`` where none did: an incorrect value, or a trial not kept). Two queries and one over the reasons."""
+        it (``None`` where none did: an incorrect value, or a trial not kept). Three queries, however many."""
         failing = or_(EVALUATIONS.c.best_cycles.is_(None), EVALUATIONS.c.correct == 0)
         of = and_(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode)
         reason, hashed = _ATTRS.alias(), _ATTRS.alias()
