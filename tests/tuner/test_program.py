@@ -71,7 +71,7 @@ def test_a_program_measures_every_configuration_and_the_searches_find_its_best(k
     assert "optimum" not in result                   # a program's best is not known before it runs
     reasons = result["failure_reasons"]              # a program measured below 100 a second keeps its reasons (a dear range)
     assert result["failed"] == 40 - len(runs) == sum(reasons.values()) and reasons[RULED_OUT] == 40 - len(allowed)
-    assert set(reasons) - {RULED_OUT} <= {"too many registers", "infeasible or incorrect"}
+    assert set(reasons) - {RULED_OUT} <= {"too many registers"}
     out = _tuner(kernel.parent, "--workspace", "kernel", "--objective", "command:kernel/bench.py", "--space", "kernel/space.t1.json",
                  "--json", "search_plans", "--strategy", "quick", "--seed", "1", "--max-evals", "25")
     assert out.returncode == 0, out.stderr

@@ -116,6 +116,23 @@ def test_exhaustive_budget_cuts_the_sweep_and_a_rerun_continues(ctx):
     assert second["evaluations"] == 600_000 and second["new_evaluations"] == 300_000
 
 
+def test_a_fast_sweep_counts_its_failures_by_their_reasons(tmp_path, workspace, ctx, iteration2):
+    """A range scored on the fast path said "infeasible or incorrect" for every failure: a cache's "not measured"
+    and its error markers alike, and the tensor plan's plans the model cannot run."""
+    tune_params = {"x": list(range(40)), "y": list(range(40))}
+    records = {(x, y): (1.0 + x + y if (x + y) % 3 else "InvalidConfig") for x in range(40) for y in range(40) if x % 4}
+    replay = service.Context.create(workspace, objective=f"cache:{toy_cache(tmp_path, records, tune_params=tune_params)}")
+    swept = service.bounded_exhaustive_search(replay, "all")
+    invalid = sum(v == "InvalidConfig" for v in records.values())
+    assert swept["failure_reasons"] == {"not measured": 1600 - len(records), "InvalidConfig": invalid}
+    knobs = {k: [v] for k, v in iteration2.items()} | {"split_k": [1, 2, 4], "block_n": [32, 64, 96, 128, 192]}
+    (workspace / "studies" / "splits.json").write_text(json.dumps({"description": "15 plans", "knobs": knobs}))
+    result = service.bounded_exhaustive_search(ctx, "splits")
+    idx = load_profile("splits", SPACE, workspace / "studies").plans(0, 15)
+    cannot = int((~BuiltinObjective().feasible(idx)).sum())
+    assert cannot > 0 and result["failure_reasons"] == {"infeasible (the problem's cheap check)": cannot}
+
+
 @pytest.mark.parametrize("strategy", ["quick", "checkpoint"])
 def test_a_seed_fixes_the_whole_search(tmp_path, strategy, attempt1):
     start = tuple(int(v) for v in encode(attempt1))

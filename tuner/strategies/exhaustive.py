@@ -31,6 +31,7 @@ GROWTH = 64                         # how much larger each range may be than the
 KEEP = 64
 FINALISTS = 16
 DEAR_BELOW = 100.0                  # plans per second below which a range's every evaluation is kept in the history
+INFEASIBLE = "infeasible (the problem's cheap check)"      # a fast range's plans that the objective rules out unscored
 
 
 def _score(search: Search, start: int, stop: int, dear: bool) -> tuple[list[dict[str, object]], int]:
@@ -42,8 +43,13 @@ def _score(search: Search, start: int, stop: int, dear: bool) -> tuple[list[dict
     ruled_out = ~search.space.allowed(idx)
     cycles[ruled_out] = np.inf                                  # restrictions; the objective knows the rest
     search.count_failed(RULED_OUT, int(ruled_out.sum()))
-    if not dear:                                                # measured ones are counted with their reasons
-        search.count_failed("infeasible or incorrect", int((np.isinf(cycles) & ~ruled_out).sum()))
+    failing = idx[np.isinf(cycles) & ~ruled_out]
+    if not dear and len(failing):                               # measured ones are counted with their reasons
+        cheap = ~search.objective.feasible(failing)
+        search.count_failed(INFEASIBLE, int(cheap.sum()))
+        said = search.objective.evaluate(failing[~cheap], search.spec.mode).reasons     # a fast objective's are cheap too
+        for why in said or [None] * int((~cheap).sum()):
+            search.count_failed(why or "no reason given")
     keep = [k for k in np.argsort(cycles, kind="stable")[:KEEP] if np.isfinite(cycles[k])]
     return [{"idx": [int(v) for v in idx[k]], "cycles": float(cycles[k]), "at": start + int(k)} for k in keep], scored
 
