@@ -338,7 +338,11 @@ def _render_run(result: dict[str, Any], ctx: service.Context) -> str:
         found = step[f"best_{mode}"]
         best = f"best {mode} {value(found)}" if found is not None else "nothing correct" if ctx.is_plan else "nothing ran"
         by = f" by {step['workers']} workers" if step["workers"] > 1 else ""
-        lines.append(f"  {what}: {service.counted(step['evaluations'], 'evaluation')}{by}{resumed}, {best}, stopped: {step['stopped']}")
+        which = "of the new ones" if step.get("resumed_from") else "of them"
+        failed = (f", {step['failed']:,} {which} failed ({'; '.join(f'{why}: {n:,}' for why, n in step['failure_reasons'].items())})"
+                  if step["failed"] else "")
+        lines.append(f"  {what}: {service.counted(step['evaluations'], 'evaluation')}{by}{resumed}{failed}, {best}, "
+                     f"stopped: {step['stopped']}")
     lines += _render_tensor_winner(result, ctx) if ctx.is_plan else _render_best(result, mode, value)
     lines.append(f"history: {shown_url(ctx.history_url)}")
     if result.get("report"):

@@ -1006,7 +1006,7 @@ def _run_searches(ctx: Context, deadline: float, time_s: float,
         best = s["best"][mode] if s["best"] else None
         steps.append({"step": s["strategy"], "target": s["target"], "study": s["study"], "evaluations": s["evaluations"],
                       "resumed_from": s["evaluations"] - s["new_evaluations"], "stopped": s["stopped"], f"best_{mode}": best,
-                      "workers": s.get("workers", 1)})
+                      "workers": s.get("workers", 1), "failed": s["failed"], "failure_reasons": s["failure_reasons"]})
         scored = counted(s["evaluations"], "evaluation")
         _log(ctx, f"{s['strategy']} ({s['target']}): {scored}, best {mode} {ctx.shown(best)} ({s['stopped']})")
     return steps

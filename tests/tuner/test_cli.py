@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import shutil
 import signal
 import sqlite3
@@ -413,6 +414,8 @@ def test_the_main_job_on_a_cache_tunes_from_the_space_s_default_and_writes_the_b
     assert result["best"]["time"] == 1.0 and result["speedup"] == 7.5 and result["of_optimum"] == 1.0
     assert result["changes"] == {"bx": {"from": 16, "to": 128}, "tile": {"from": 1, "to": 3}, "algo": {"from": "naive", "to": "shared"}}
     assert [s["step"] for s in result["steps"]] == ["run_objective", "checkpoint", "quick"]
+    failed = [(s["failed"], s["failure_reasons"]) for s in result["steps"] if s.get("failed")]
+    assert sum(n for n, _ in failed) == 2 and all(reasons == {"not measured": n} for n, reasons in failed), failed
     assert json.loads((tmp_path / "results" / "tuner_run_best.json").read_text()) == {"bx": 128, "tile": 3, "algo": "shared"}
     assert main([*problem, "--json", "run_objective", "--plan", "results/tuner_run_best.json"]) == 0     # usable as --plan
     assert json.loads(capsys.readouterr().out)["time_ms"] == 1.0
@@ -424,6 +427,9 @@ def test_the_main_job_on_a_cache_tunes_from_the_space_s_default_and_writes_the_b
     written = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert main([*problem, "run", "--apply"]) == 2
     assert capsys.readouterr().err.count("\n") == 1 and {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()} == written
+    assert main([*problem, "--history", "fresh.db", "run", "--time-s", "60"]) == 0   # each search says what failed, and why
+    said = re.findall(r", (\d+) of them failed \(not measured: (\d+)\), best time", capsys.readouterr().out)
+    assert said and all(a == b for a, b in said) and sum(int(a) for a, _ in said) == 2, said
     toy_cache(tmp_path, {(32,): 1.0}, name="one.json.gz", tune_params={"bx": [32]})    # the default is all there is
     assert main(["--workspace", str(tmp_path), "--objective", "cache:one.json.gz", "run"]) == 0
     out = capsys.readouterr().out
