@@ -295,7 +295,7 @@ class Search:
         self._rows += rows
         return rows
 
-    def count_failed(self, reason: str, count: int = 1) -> None:
+    def count_failed(self, reason: str | None, count: int = 1) -> None:
         """Count ``count`` new evaluations without a value, by the start of their ``reason`` (:func:`reason_group`)."""
         if count:
             self.failures[reason_group(reason)] += count

@@ -47,9 +47,9 @@ def _score(search: Search, start: int, stop: int, dear: bool) -> tuple[list[dict
     if not dear and len(failing):                               # measured ones are counted with their reasons
         cheap = ~search.objective.feasible(failing)
         search.count_failed(INFEASIBLE, int(cheap.sum()))
-        said = search.objective.evaluate(failing[~cheap], search.spec.mode).reasons     # a fast objective's are cheap too
-        for why in said or [None] * int((~cheap).sum()):
-            search.count_failed(why or "no reason given")
+        if len(scored_failing := failing[~cheap]):          # a fast objective's reasons are cheap too (a cache's: lookups)
+            for why in search.objective.evaluate(scored_failing, search.spec.mode).reasons or [None] * len(scored_failing):
+                search.count_failed(why)
     keep = [k for k in np.argsort(cycles, kind="stable")[:KEEP] if np.isfinite(cycles[k])]
     return [{"idx": [int(v) for v in idx[k]], "cycles": float(cycles[k]), "at": start + int(k)} for k in keep], scored
 
