@@ -21,6 +21,9 @@ def test_the_walkthrough_executes_with_the_reports_figures_inline():
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
     plots = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
-    assert len(plots) == 6
+    titles = [o["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"] for o in plots]
+    assert [t.split(":")[0].split(" (")[0] for t in titles] == [
+        "Convergence of every study", "Knob importance", "Failures", "Where the cycles go", "Where the cycles go",
+        "dev against final of evaluated plans", "Marginal"], titles          # a few of its plans are incorrect
     assert any("dev best_cycles:" in o.get("text", "") for o in outputs)
     assert any(" of the optimum" in o.get("text", "") and "100 evaluations" in o.get("text", "") for o in outputs)   # the cache
