@@ -567,7 +567,7 @@ class History:
             kwargs.update(_reading(url))
         if url != "sqlite://":          # no connection outlives a use: Optuna's storage names and creates studies, once a run
             kwargs["poolclass"] = NullPool  # (so a worker holds two, its search's and its heartbeat's; no -wal/-shm left by reads)
-        template = url.replace("{", "{{").replace("}", "}}")   # Optuna fills {SCHEMA_VERSION} in (str.format): a path's braces are its own
+        template = url.replace("{", "{{").replace("}", "}}")   # Optuna fills {SCHEMA_VERSION} in (str.format): a URL's braces are its own
         storage = _retry(lambda: optuna.storages.RDBStorage(template, engine_kwargs=kwargs),   # first use may race on the schema
                          (SQLAlchemyError, optuna.exceptions.StorageInternalError, RuntimeError), attempts=20, pause_s=0.1)
         _ending_stuck_sessions(storage.engine)            # its connections from now on (none is pooled on a server)

@@ -39,6 +39,17 @@ def test_cache_trials_and_sweeps_round_trip_on_postgres(postgres_url, iteration2
     history.close()
 
 
+def test_a_url_whose_password_holds_braces_opens_the_history_it_names(postgres_url, iteration2):
+    """Optuna fills {SCHEMA_VERSION} into its storage URL with str.format: a password with braces (the server trusts
+    every local user here, so any password connects) ended in a KeyError from Optuna."""
+    url = postgres_url.replace("postgres@", "postgres:p{x}@", 1)
+    assert url != postgres_url
+    history = History(url)
+    history.study("s")
+    assert history.study_names() == ["s"]
+    history.close()
+
+
 def test_a_run_killed_at_a_time_limit_is_replaced_by_its_measurement_on_postgres(postgres_url, iteration2):
     history = History(postgres_url)
     idx, h = encode(iteration2), plan_hash(iteration2)
