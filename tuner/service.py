@@ -180,9 +180,9 @@ class Context:
                                f"not on {self.objective_kind}")
 
 
-def counted(number: int, noun: str) -> str:
-    """``1 evaluation``, ``2,000 evaluations``."""
-    return f"{number:,} {noun}{'' if number == 1 else 's'}"
+def counted(number: int, noun: str, plural: str | None = None) -> str:
+    """``1 evaluation``, ``2,000 evaluations`` (``plural`` where the noun's is not the noun and an s: ``studies``)."""
+    return f"{number:,} {noun if number == 1 else plural or noun + 's'}"
 
 
 def _log(ctx: Context, line: str) -> None:
@@ -197,15 +197,12 @@ def _studies_elsewhere(ctx: Context) -> str:
     counts = Counter(s["objective"] for s in ctx.history.sweeps())
     if counts[ctx.objective.name] or not counts:
         return ""
-
-    def studies(count: int) -> str:
-        return f"{count:,} {'study' if count == 1 else 'studies'}"
-
     base = repeats_of(ctx.objective.name)[0]
     if same := sorted((repeats_of(name)[1], name) for name in counts if repeats_of(name)[0] == base):
-        return "; it holds " + ", ".join(f"{studies(counts[name])} of {name} (--repeats {k} reads them)" for k, name in same)
-    return (f"; it holds {studies(counts.total())} of other objectives (another problem's, or this one's before its scorer "
-            "changed: resume_search_history lists them)")
+        return "; it holds " + ", ".join(f"{counted(counts[name], 'study', 'studies')} of {name} (--repeats {k} reads them)"
+                                         for k, name in same)
+    return (f"; it holds {counted(counts.total(), 'study', 'studies')} of other objectives (another problem's, or this one's "
+            "before its scorer changed: resume_search_history lists them)")
 
 
 def _say_studies_elsewhere(ctx: Context) -> None:
