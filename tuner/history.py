@@ -751,36 +751,37 @@ class History:
     def samples(self, objective: str) -> dict[str, list[float]]:
         """Each configuration's repeated measurements (plan hash -> the values of its runs) where ``objective`` repeats
         its runs, from the trials of its studies (the oldest study's where several measured one); empty elsewhere."""
-        found: dict[str, list[float]] = {}
-        for name in (n for n in self.study_names() if n.endswith(f"@{objective}")):
-            for trial in self.trials(name):
-                if "samples" in trial.user_attrs:
-                    found.setdefault(trial.user_attrs["plan_hash"], trial.user_attrs["samples"])
-        return found
+        return self._kept(objective, "samples")
 
     @outlasting_outages
-    def failures(self, objective: str, mode: str) -> tuple[int, dict[str, str | None]]:
+    def failures(self, objective: str, mode: str) -> tuple[int, dict[str, tuple[float | None, str | None]]]:
         """How many configurations ``objective`` scored in ``mode``, and each one without a value (infeasible, or a
-        value that failed the problem's check) by plan hash, with the reason a trial of the objective's studies kept for
-        it (``None`` where none did: an incorrect value, or a trial not kept). Three queries, however many."""
+        value that failed the problem's check) by plan hash: its value, if any, and the reason a trial of the objective's
+        studies kept for it (``None`` where none did: an incorrect value, or a trial not kept). Three queries, however many."""
         failing = or_(EVALUATIONS.c.best_cycles.is_(None), EVALUATIONS.c.correct == 0)
         of = and_(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode)
-        reason, hashed = _ATTRS.alias(), _ATTRS.alias()
-        kept = (select(hashed.c.value_json, reason.c.value_json)
-                .join_from(_TRIALS, reason, and_(reason.c.trial_id == _TRIALS.c.trial_id, reason.c.key == "reason"))
-                .join(hashed, and_(hashed.c.trial_id == _TRIALS.c.trial_id, hashed.c.key == "plan_hash"))
-                .join(_STUDIES, _STUDIES.c.study_id == _TRIALS.c.study_id)
-                .where(_STUDIES.c.study_name.endswith(f"@{objective}", autoescape=True)))
         with self.connect() as connection:
             scored = connection.execute(select(func.count()).select_from(EVALUATIONS).where(of)).scalar_one()
-            failed: dict[str, str | None] = dict.fromkeys(connection.execute(select(EVALUATIONS.c.plan_hash).where(of, failing))
-                                                          .scalars())
-            if failed:
-                for plan, why in connection.execute(kept):
-                    plan_hash = json.loads(plan)
-                    if plan_hash in failed and failed[plan_hash] is None:       # the first study's, as the cache keeps one
-                        failed[plan_hash] = str(json.loads(why))
-        return scored, failed
+            failed = dict(connection.execute(select(EVALUATIONS.c.plan_hash, EVALUATIONS.c.best_cycles).where(of, failing)).all())
+        reasons = self._kept(objective, "reason") if failed else {}
+        return scored, {h: (value, reasons.get(h)) for h, value in failed.items()}
+
+    @outlasting_outages
+    def _kept(self, objective: str, key: str) -> dict[str, Any]:
+        """Per plan hash, the user attribute ``key`` of the first trial of ``objective``'s studies that keeps one (the
+        oldest study first, then trial order): one query, not Optuna's reading of every trial of every study."""
+        kept, hashed = _ATTRS.alias(), _ATTRS.alias()
+        query = (select(hashed.c.value_json, kept.c.value_json)
+                 .join_from(_TRIALS, kept, and_(kept.c.trial_id == _TRIALS.c.trial_id, kept.c.key == key))
+                 .join(hashed, and_(hashed.c.trial_id == _TRIALS.c.trial_id, hashed.c.key == "plan_hash"))
+                 .join(_STUDIES, _STUDIES.c.study_id == _TRIALS.c.study_id)
+                 .where(_STUDIES.c.study_name.endswith(f"@{objective}", autoescape=True))
+                 .order_by(_STUDIES.c.study_id, _TRIALS.c.number))
+        found: dict[str, Any] = {}
+        with self.connect() as connection:
+            for plan, value in connection.execute(query):
+                found.setdefault(json.loads(plan), json.loads(value))
+        return found
 
     @outlasting_outages
     def outcomes(self, name: str) -> list[tuple[str, float | None]]:

@@ -129,9 +129,8 @@ def failures_info(history: History, objective: str, mode: str) -> dict[str, Any]
     scored, failed = history.failures(objective, mode)
     if not failed:
         return {}
-    rows = history.cached(objective, mode, [h for h, why in failed.items() if why is None])
-    reasons = Counter(reason_group(why) if why is not None else "incorrect" for h, why in failed.items()
-                      if why is not None or (h in rows and rows[h].cycles is not None))
+    reasons = Counter(reason_group(why) if why is not None else "incorrect" for value, why in failed.values()
+                      if why is not None or value is not None)
     ranked = sorted(reasons.items(), key=lambda item: (-item[1], item[0]))
     shown = dict(ranked[:FAILURE_BARS])
     if rest := sum(count for _, count in ranked[FAILURE_BARS:]):

@@ -134,10 +134,7 @@ def test_failures_beyond_the_drawn_reasons_are_one_bar():
     """A program whose every failure says something else (a stderr tail) would draw a bar per configuration."""
     class Failing:
         def failures(self, objective, mode):
-            return 40, {f"h{i}": f"exited 1: error {i}" for i in range(20)}
-
-        def cached(self, objective, mode, hashes):
-            return {}
+            return 40, {f"h{i}": (None, f"exited 1: error {i}") for i in range(20)}
 
     info = report.failures_info(Failing(), "o", "time")
     assert info["failed"] == info["explained"] == 20 and len(info["reasons"]) == report.FAILURE_BARS + 1
