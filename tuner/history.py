@@ -84,6 +84,13 @@ TIMEOUTS = Table(                                      # failed evaluations that
     Column("plan_hash", String(16), primary_key=True),
     Column("limit_s", Float, nullable=False),
 )
+REASONS = Table(                                       # why each evaluation without a value failed
+    "tuner_reasons", _META,
+    Column("objective", String(64), primary_key=True),
+    Column("mode", String(MODE_CHARS), primary_key=True),
+    Column("plan_hash", String(16), primary_key=True),
+    Column("reason", Text, nullable=False),
+)
 SWEEPS = Table(
     "tuner_sweeps", _META,
     Column("study_name", String(512), primary_key=True),
@@ -192,7 +199,7 @@ class Row:
     max_abs: float | None
     idx: np.ndarray = field(repr=False)
     timed_out_s: float | None = None        # a failed run killed at this time limit (s): a longer one may measure it
-    reason: str | None = None               # why a row scored by this process has no value (the cache does not keep it)
+    reason: str | None = None               # why a row scored by this process has no value (kept in tuner_reasons)
 
 
 def rows_of(result: Evaluations, hashes: list[str], idx: np.ndarray) -> list[Row]:
@@ -684,7 +691,7 @@ class History:
             if objective.name in known:
                 return 0
             evaluations: dict[tuple[str, str], dict[str, Any]] = {}       # (mode, plan hash): the first space's that has it
-            killed: dict[tuple[str, str], dict[str, Any]] = {}
+            carried: dict[Table, dict[tuple[str, str], dict[str, Any]]] = {TIMEOUTS: {}, REASONS: {}}    # and what it keeps
             for other, knobs in known.items():
                 names, choices = zip(*json.loads(knobs), strict=True)
                 held = []                                   # the other space's records of this one's configurations
@@ -701,12 +708,13 @@ class History:
                     evaluations.setdefault((record.mode, h), {
                         "objective": objective.name, "mode": record.mode, "plan_hash": h, "best_cycles": record.best_cycles,
                         "correct": record.correct, "max_abs": record.max_abs, "plan": json.dumps([int(i) for i in idx])})
-                for r in connection.execute(select(TIMEOUTS).where(TIMEOUTS.c.objective == other)):
-                    if r.plan_hash in moved:
-                        killed.setdefault((r.mode, moved[r.plan_hash]), {"objective": objective.name, "mode": r.mode,
-                                                                         "plan_hash": moved[r.plan_hash], "limit_s": r.limit_s})
+                for table, kept in carried.items():
+                    for r in connection.execute(select(table).where(table.c.objective == other)):
+                        if r.plan_hash in moved:
+                            kept.setdefault((r.mode, moved[r.plan_hash]), r._asdict() | {"objective": objective.name,
+                                                                                          "plan_hash": moved[r.plan_hash]})
             dialect_insert = sqlite_insert if self.sqlite else postgresql_insert
-            for table, values in ((EVALUATIONS, evaluations), (TIMEOUTS, killed)):
+            for table, values in ((EVALUATIONS, evaluations), *carried.items()):
                 if values:
                     connection.execute(dialect_insert(table).on_conflict_do_nothing(), list(values.values()))
             knobs = json.dumps([[knob.name, list(knob.choices)] for knob in space.knobs])
@@ -750,33 +758,47 @@ class History:
 
     def samples(self, objective: str) -> dict[str, list[float]]:
         """Each configuration's repeated measurements (plan hash -> the values of its runs) where ``objective`` repeats
-        its runs, from the trials of its studies (the oldest study's where several measured one); empty elsewhere."""
+        its runs, from the trials of its studies (the newest study's where several measured one); empty elsewhere."""
         return self._kept(objective, "samples")
 
     @outlasting_outages
     def failures(self, objective: str, mode: str) -> tuple[int, dict[str, tuple[float | None, str | None]]]:
         """How many configurations ``objective`` scored in ``mode``, and each one without a value (infeasible, or a
-        value that failed the problem's check) by plan hash: its value, if any, and the reason a trial of the objective's
-        studies kept for it (``None`` where none did: an incorrect value, or a trial not kept). Three queries, however many."""
+        value that failed the problem's check) by plan hash: its value, if any, and why it failed (``None`` for an
+        incorrect value). A failure scored before the history kept reasons has the last one a trial of the objective's
+        studies kept (``None`` where its trial was thinned). Three queries, or four where an older version scored some."""
         failing = or_(EVALUATIONS.c.best_cycles.is_(None), EVALUATIONS.c.correct == 0)
         of = and_(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode)
+        kept = REASONS.name in self._tables
         with self.connect() as connection:
             scored = connection.execute(select(func.count()).select_from(EVALUATIONS).where(of)).scalar_one()
             failed = dict(connection.execute(select(EVALUATIONS.c.plan_hash, EVALUATIONS.c.best_cycles).where(of, failing)).all())
-        reasons = self._kept(objective, "reason") if failed else {}
+            reasons = dict(connection.execute(select(REASONS.c.plan_hash, REASONS.c.reason)
+                                              .where(REASONS.c.objective == objective, REASONS.c.mode == mode)).all()
+                           ) if failed and kept else {}
+        if any(value is None and h not in reasons for h, value in failed.items()):
+            reasons = self._kept(objective, "reason") | reasons
         return scored, {h: (value, reasons.get(h)) for h, value in failed.items()}
+
+    @functools.cached_property
+    def _tables(self) -> set[str]:
+        """The tables the database holds: a history an older version wrote, opened read-only, lacks the newer ones."""
+        with self.connect() as connection:
+            return set(inspect(connection).get_table_names())
 
     @outlasting_outages
     def _kept(self, objective: str, key: str) -> dict[str, Any]:
-        """Per plan hash, the user attribute ``key`` of the first trial of ``objective``'s studies that keeps one (the
-        oldest study first, then trial order): one query, not Optuna's reading of every trial of every study."""
+        """Per plan hash, the user attribute ``key`` of the last trial of ``objective``'s studies that keeps one (the
+        newest study first, then the last trial: a configuration is measured again only to replace its result, by a
+        longer time limit or :func:`tuner.service.remeasure_failures`, and the cache holds the last measurement): one
+        query, not Optuna's reading of every trial of every study."""
         kept, hashed = _ATTRS.alias(), _ATTRS.alias()
         query = (select(hashed.c.value_json, kept.c.value_json)
                  .join_from(_TRIALS, kept, and_(kept.c.trial_id == _TRIALS.c.trial_id, kept.c.key == key))
                  .join(hashed, and_(hashed.c.trial_id == _TRIALS.c.trial_id, hashed.c.key == "plan_hash"))
                  .join(_STUDIES, _STUDIES.c.study_id == _TRIALS.c.study_id)
                  .where(_STUDIES.c.study_name.endswith(f"@{objective}", autoescape=True))
-                 .order_by(_STUDIES.c.study_id, _TRIALS.c.number))
+                 .order_by(_STUDIES.c.study_id.desc(), _TRIALS.c.number.desc()))
         found: dict[str, Any] = {}
         with self.connect() as connection:
             for plan, value in connection.execute(query):
@@ -843,11 +865,11 @@ class History:
               replaced: Iterable[str] = ()) -> None:
         """Store evaluations, trials (of configurations of ``space``), the study's new ``members`` (``(plan_hash,
         value)`` of every evaluation it saw) and a sweep record in one transaction. The evaluations of ``replaced``
-        (runs killed at a shorter time limit, measured again) take the place of the earlier ones."""
+        (runs killed at a shorter time limit, or failures measured again) take the place of the earlier ones."""
         if self.read_only:
             raise HistoryError("this history is opened read-only (the tool declares no history writes)")
         with self.begin() as connection:
-            for table in (EVALUATIONS, TIMEOUTS):
+            for table in (EVALUATIONS, TIMEOUTS, REASONS):
                 for condition in in_chunks(table.c.plan_hash, sorted(replaced)):
                     connection.execute(table.delete().where(table.c.objective == objective, table.c.mode == mode, condition))
             self._write(connection, objective, mode, rows, study_id, list(trials), sweep, space, list(members))
@@ -874,10 +896,13 @@ class History:
                       for r in rows]
             dialect_insert = sqlite_insert if self.sqlite else postgresql_insert
             connection.execute(dialect_insert(EVALUATIONS).on_conflict_do_nothing(), values)     # idempotent on both
-            killed = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash, "limit_s": r.timed_out_s}
-                      for r in rows if r.timed_out_s is not None]
-            if killed:
-                connection.execute(dialect_insert(TIMEOUTS).on_conflict_do_nothing(), killed)
+            keys = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash} for r in rows]
+            killed = [key | {"limit_s": r.timed_out_s} for key, r in zip(keys, rows, strict=True) if r.timed_out_s is not None]
+            reasons = [key | {"reason": r.reason.replace("\0", "\\0")}              # PostgreSQL's text holds no NUL
+                       for key, r in zip(keys, rows, strict=True) if r.reason is not None]
+            for table, extra in ((TIMEOUTS, killed), (REASONS, reasons)):
+                if extra:
+                    connection.execute(dialect_insert(table).on_conflict_do_nothing(), extra)
         if trials and study_id is not None and space is not None:
             self._insert_trials(connection, study_id, trials, space)
         if sweep is not None:

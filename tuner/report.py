@@ -123,9 +123,9 @@ def noise_info(history: History, objective: str) -> dict[str, Any]:
 
 def failures_info(history: History, objective: str, mode: str) -> dict[str, Any]:
     """How many of the configurations ``objective`` scored in ``mode`` have no value (``scored``, ``failed``), and of
-    those whose reason is known (``explained``: a trial kept it, or the value failed the problem's check, "incorrect";
-    a long search keeps a sample of its trials), how many by the start of their reason, the most frequent first;
-    empty when none failed."""
+    those whose reason is known (``explained``: every one, but in a history an older version wrote, which kept the
+    reasons only in a sample of a long search's trials; "incorrect" for a value that failed the problem's check), how many
+    by the start of their reason, the most frequent first; empty when none failed."""
     scored, failed = history.failures(objective, mode)
     if not failed:
         return {}
@@ -197,7 +197,8 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
         fig = go.Figure(go.Bar(x=[failures["reasons"][r] for r in reasons], y=reasons, orientation="h"))
         fig.update_layout(xaxis_title="configurations", height=max(300, 26 * len(reasons)))
         which = ("by reason" if failures["explained"] == failures["failed"] else
-                 f"the reasons of the {failures['explained']:,} whose trial was kept (a long search keeps a sample of its trials)")
+                 f"the reasons of the {failures['explained']:,} whose trial was kept (an older history kept them only there, "
+                 "in a sample of a long search's trials)")
         figures.append((f"Failures: {failures['failed']:,} of the {failures['scored']:,} configurations scored have no value; "
                         + which, fig))
     for mode, plans in info.get("trace", {}).items():

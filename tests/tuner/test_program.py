@@ -340,6 +340,9 @@ def test_a_program_is_not_run_again_on_what_it_measured_under_another_space_of_t
     assert ran == [{"bx": 128, "tile": 1}, {"bx": 128, "tile": 2}], ran
     assert "the history holds 6 measurements of this program under another space of the same knobs" in said
     assert grown["best"]["plan"] == first["best"]["plan"] == {"bx": 96, "tile": 1} and grown["best"]["time"] == first["best"]["time"]
+    with contextlib.closing(sqlite3.connect(kernel / "studies" / "history.db")) as db:      # why bx=32 failed, carried too
+        reasons = db.execute("SELECT objective, reason FROM tuner_reasons ORDER BY objective").fetchall()
+    assert len({o for o, _ in reasons}) == 2 and len(reasons) == 4 and all("'oops'" in why for _, why in reasons), reasons
     narrowed, said, ran = sweep([64, 96], [2, 1], "bx * tile <= 128")  # a value gone, the order and the restrictions changed
     assert ran == [] and "the history holds 3 measurements" in said and narrowed["best"]["plan"] == {"bx": 96, "tile": 1}
     out = _tuner(kernel, "--objective", "command:bench.py", "--space", "grid.t1.json", "--json", "resume_search_history")

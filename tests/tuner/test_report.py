@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import shutil
+import sqlite3
 import zlib
 from pathlib import Path
 
@@ -113,20 +115,31 @@ def test_the_report_counts_the_configurations_without_a_value_by_reason(tmp_path
     ctx.close()
 
 
-def test_a_long_searchs_failures_are_all_counted_and_explained_by_the_trials_it_kept(tmp_path):
-    """Past its first 200 evaluations a search keeps a sample of its trials, where failures' reasons are: the count is
-    every failed configuration's, the reasons those of the kept trials', and the heading says so."""
+def test_every_failure_of_a_long_search_is_counted_by_its_reason_and_an_older_historys_by_the_trials_it_kept(tmp_path):
+    """Past its first 200 evaluations a search keeps a sample of its trials, and the reasons were kept only there: the
+    history now keeps each failure's reason. A history written before that (its table empty) gives the reasons of the
+    kept trials, and the heading says how many those explain."""
     tune_params = {"x": list(range(30)), "y": list(range(30))}
     records = {(x, y): 1.0 + x + y for x in range(30) for y in range(30) if (x + y) % 3}       # a third not measured
     cache = toy_cache(tmp_path, records, tune_params=tune_params)
     ctx = service.Context.create(tmp_path, objective=f"cache:{cache}")
     found = service.search_plans(ctx, "quick", max_evals=400, seed=0)
     info = report.failures_info(ctx.history, ctx.objective.name, "time")
-    assert info["scored"] == 400 and info["failed"] == found["failed"] > 0
-    assert 0 < info["explained"] < info["failed"] and info["reasons"] == {"not measured": info["explained"]}
-    heading = [h for h, _ in report.figures({"failures": info}, "ms")]
-    assert heading == [f"Failures: {info['failed']:,} of the 400 configurations scored have no value; the reasons of the "
-                       f"{info['explained']:,} whose trial was kept (a long search keeps a sample of its trials)"]
+    assert info["scored"] == 400 and info["failed"] == info["explained"] == found["failed"] > 0
+    assert info["reasons"] == {"not measured": info["failed"]}
+    assert [h for h, _ in report.figures({"failures": info}, "ms")] == [
+        f"Failures: {info['failed']:,} of the 400 configurations scored have no value; by reason"]
+    ctx.close()
+    with contextlib.closing(sqlite3.connect(tmp_path / "studies" / "history.db")) as db, db:
+        db.execute("DELETE FROM tuner_reasons")
+    ctx = service.Context.create(tmp_path, objective=f"cache:{cache}")
+    older = report.failures_info(ctx.history, ctx.objective.name, "time")
+    assert older["failed"] == info["failed"] and 0 < older["explained"] < older["failed"]
+    assert older["reasons"] == {"not measured": older["explained"]}
+    heading = [h for h, _ in report.figures({"failures": older}, "ms")]
+    assert heading == [f"Failures: {older['failed']:,} of the 400 configurations scored have no value; the reasons of the "
+                       f"{older['explained']:,} whose trial was kept (an older history kept them only there, in a sample of a long "
+                       "search's trials)"]
     ctx.close()
 
 
