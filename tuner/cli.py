@@ -95,11 +95,16 @@ def _dry_run_arg(p: argparse.ArgumentParser, default: bool) -> None:
                    help=f"true: only report what would happen; false: write it (default {str(default).lower()})")
 
 
-def _search_args(p: argparse.ArgumentParser, evals: int | None) -> None:
+def _budget_args(p: argparse.ArgumentParser, evals: int | None, what: str = "new plans the search may score",
+                 everything: str = "the whole profile") -> None:
     p.add_argument("--max-evals", type=_evals, default=evals, metavar="N",
-                   help=f"new plans the search may score, at most {LIMITS['max_evals']:,} (default {evals or 'the whole profile'})")
+                   help=f"{what}, at most {LIMITS['max_evals']:,} (default {evals or everything})")
     p.add_argument("--time-s", type=_seconds, default=None, metavar="SECONDS",
                    help=f"time budget in seconds, at most {LIMITS['time_s']:,} (default: none)")
+
+
+def _search_args(p: argparse.ArgumentParser, evals: int | None) -> None:
+    _budget_args(p, evals)
     p.add_argument("--include-final", type=_bool, default=True, metavar="true|false",
                    help="check the dev winners in final mode too, except by benchmark runs past the time budget "
                         "(default true)")
@@ -170,6 +175,13 @@ COMMANDS: dict[str, Command] = {
                             "optimisation (small measured spaces); focused: a sweep around the best plan of the history "
                             "(default quick)"),
         _seed_arg(p), _search_args(p, 500)), "broad search over the whole space"),
+    "remeasure_failures": (service.remeasure_failures, lambda p: (
+        p.add_argument("--reason", default=None, metavar="TEXT",
+                       help="only the failures whose last recorded reason holds TEXT, as a search's failure_reasons and "
+                            "the report show them, e.g. 'CUDA error' (default: every failure)"),
+        _budget_args(p, None, "failed configurations to run again", "all of them"), _workers_args(p)),
+        "run your kernel's program again on the configurations whose runs failed (after a busy or missing GPU, a full "
+        "disk...): the new results replace the failures in the history"),
     "apply_candidate": (service.apply_candidate, lambda p: (
         p.add_argument("--plan", required=True, metavar="REF", help="the candidate: " + PLAN_HELP.split(" (")[0]),
         _dry_run_arg(p, True), _repeats_arg(p, 1)),
@@ -466,7 +478,7 @@ def _search_in_workers(args: argparse.Namespace, tool: str, kwargs: dict[str, An
 def _refused(command: str, result: dict[str, Any]) -> bool:
     """Whether the tool refused (an invalid plan, a gate that did not pass: not a plan that already is the best) or the
     objective failed: a search, or the main job on a cache or a program, in which no configuration ran (exit status 1)."""
-    nothing_ran = ((command in service.SEARCH_TOOLS and result.get("best") is None)
+    nothing_ran = ((command in (*service.SEARCH_TOOLS, "remeasure_failures") and result.get("best") is None)
                    or (command == "run" and not {"best", "gate"} & result.keys()))
     refused = ((command == "validate_plan" and not result.get("valid"))
                or (command.startswith("apply_") and not result.get("passed") and not result.get("current_is_best")))

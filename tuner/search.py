@@ -52,6 +52,7 @@ class Spec:
     target: str = "space"                       # what the study is about: fixture, plan hash, profile
     profile: Any = None                         # a tuner.space.Profile (exhaustive)
     include_final: bool = False
+    remeasure: frozenset[str] = frozenset()     # plan hashes whose failures the history holds count as not measured
 
     def study_name(self, objective: str) -> str:
         """The study (and resume key) of this search against ``objective``."""
@@ -133,11 +134,12 @@ class Search:
                                    metric=f"{spec.mode} ({objective.unit})")
         self.cache = history.cached(objective.name, spec.mode)
         self.stale = history.stale(objective, spec.mode, self.cache)     # failures killed at a shorter limit: measured again
+        self.stale |= {h for h in spec.remeasure if h in self.cache and self.cache[h].cycles is None}    # and those asked
         # an objective that runs a program (it has a time limit per run) is claimed and scored one configuration at a
         # time, so that the time budget or a cancel ends a batch between runs, not after hundreds of them
         self.one_by_one = getattr(objective, "timeout_s", None) is not None
-        for h in self.stale:
-            del self.cache[h]
+        # the configurations of those failures, by plan hash (an earlier run of the study puts those it saw back: sync)
+        self.unmeasured = {h: self.cache.pop(h).idx for h in sorted(self.stale)}
         record = history.sweep(self.name)
         self.progress_state: dict[str, Any] = record["progress"] if record else {}
         # an earlier run of the study converged (no neighbour of its optimum improves): a rerun has nothing left to do

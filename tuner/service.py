@@ -57,6 +57,7 @@ from tuner.workspace import (
 RUN_BEST = f"{OUTPUT_DIR}/tuner_run_best.json"       # the main job's winner: the tensor plan's applied one in fixture form, another
                                                      # problem's best configuration (either usable as --plan)
 RUN_LOCAL_EVALS, RUN_QUICK_EVALS = 3000, 500         # the main job's evaluation budgets for its local and its quick search
+MAX_REASON_FILTER = 500                             # characters of the reason remeasure_failures picks failures by
 RECHECKED = 5                                        # the main job on a noisy program: best configurations measured again
 
 
@@ -72,7 +73,7 @@ WRITES: dict[str, frozenset[str]] = {
     # (tuner.workspace.WRITE_KINDS: "plan" through the gate, a new "fixture", the "result" file); none: read-only
     **dict.fromkeys(("run_objective", "trace_summary", "validate_plan", "benchmark_plan", "candidate_diff", "repeated_evaluation",
                      "resume_search_history", "compare_history", "rank_experiments"), frozenset()),
-    **dict.fromkeys(SEARCH_TOOLS, SEARCH_WRITES),
+    **dict.fromkeys((*SEARCH_TOOLS, "remeasure_failures"), SEARCH_WRITES),
     **dict.fromkeys(("apply_candidate", "apply_best_verified", "rollback"), frozenset({"plan"})),
     "export_candidate_fixture": frozenset({"fixture"}),
     "record_result": frozenset({"result"}),
@@ -496,6 +497,36 @@ def search_plans(ctx: Context, strategy: str = "quick", max_evals: int = 500, ti
         start = tuple(int(v) for v in space.encode(seeds[0]["plan"] if seeds else _plan(ctx, None)[0]))
     spec = Spec(strategy=strategy, mode=ctx.objective.modes[0], max_evals=int(max_evals), time_s=time_s, seed=int(seed),
                 start=start, include_final=bool(include_final))
+    return _search(ctx, spec)
+
+
+def remeasure_failures(ctx: Context, reason: str | None = None, max_evals: int | None = None,
+                       time_s: float | None = None) -> dict[str, Any]:
+    """Run the program again on the configurations whose recorded runs failed in the search's mode (a crash, no time,
+    an error it reported, a run killed at the time limit), or only those whose last recorded reason holds ``reason``,
+    as after mending what made them fail (a busy or missing GPU, a full disk): each new result takes the failure's
+    place in the history, where every later search and read finds it. A round (a study of its own) measures each such
+    failure once, in the order of their hashes; one stopped by ``max_evals``, ``time_s`` or a signal resumes, and a
+    call after a finished round starts the next."""
+    if getattr(ctx.objective, "timeout_s", None) is None:
+        raise ServiceError(f"{ctx.objective.label} gives each configuration the same value every time: only a program's "
+                           "failed runs are measured again (--objective command or command:PROGRAM runs one)")
+    if reason is not None and (not isinstance(reason, str) or not 0 < len(reason) <= MAX_REASON_FILTER):
+        raise ServiceError(f"reason must be the text of a failure's reason, 1 to {MAX_REASON_FILTER} characters, got {quoted(reason)}")
+    _positive("max_evals", max_evals)
+    _positive("time_s", time_s)
+    name, mode = ctx.objective.name, ctx.objective.modes[0]
+    failed = {h for h, (value, why) in ctx.history.failures(name, mode)[1].items()
+              if value is None and (reason is None or reason in (why or ""))}
+    if not failed:
+        which = f"failed run of {name}" + (f" whose reason holds {quoted(reason)}" if reason is not None else "")
+        raise ServiceError(f"the history holds no {which}: nothing to measure again{_studies_elsewhere(ctx)}")
+    if ctx.checking:
+        return {}
+    rounds = sum(s["objective"] == name and s["strategy"] == "remeasure" and s["mode"] == mode and s["state"] == "done"
+                 for s in ctx.history.sweeps())
+    spec = Spec(strategy="remeasure", mode=mode, max_evals=int(max_evals or LIMITS["max_evals"]), time_s=time_s,
+                target=f"failures:{rounds + 1}", remeasure=frozenset(failed))
     return _search(ctx, spec)
 
 

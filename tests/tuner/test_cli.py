@@ -73,6 +73,7 @@ def test_json_output_of_read_only_commands(workspace):
     (("--history", "h" * 300 + ".db", "search_plans"), "h.db': File name too long"),                # was OSError, exit 1
     (("--history", "h" * 300 + ".db", "rank_experiments"), "h.db': File name too long"),
     (("--workspace", "w" * 300, "rank_experiments"), "(300 characters) cannot be read: File name too long"),
+    (("remeasure_failures",), "gives each configuration the same value every time: only a program's failed runs"),
 ])
 def test_bad_input_exits_2_with_one_clear_line(workspace, args, fragment):
     out = tuner(workspace, *args)

@@ -102,6 +102,28 @@ def test_a_programs_measurements_carry_over_to_a_grown_space_on_postgres(postgre
     assert "the history holds 2 measurements of this program" in out.stderr and len(log.read_text().split()) == 3
 
 
+def test_a_failures_reason_is_kept_and_picks_it_to_be_measured_again_on_postgres(postgres_url, tmp_path):
+    """The history keeps why each configuration failed; PostgreSQL's text refuses the NUL byte that a program's stderr
+    may hold, which would have ended the search's write."""
+    broken = tmp_path / "broken"
+    (tmp_path / "bench.py").write_text(f"import json, os, sys\nc = json.load(sys.stdin)\nif c['bx'] == 64 and os.path.exists("
+                                       f"{str(broken)!r}):\n    sys.stderr.write('no device\\0'); sys.exit(1)\nprint(c['bx'] / 32)\n")
+    (tmp_path / "grid.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [{"Name": "bx", "Values": [32, 64]}]}}))
+
+    def tuner(*args: str) -> dict:
+        out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(tmp_path), "--objective", "command:bench.py",
+                              "--space", "grid.t1.json", "--history", postgres_url, "--json", *args],
+                             capture_output=True, text=True, timeout=300, cwd=tmp_path)
+        assert out.returncode == 0, out.stderr
+        return json.loads(out.stdout)
+
+    broken.touch()
+    assert tuner("bounded_exhaustive_search", "--profile", "all")["failed"] == 1
+    broken.unlink()
+    again = tuner("remeasure_failures", "--reason", "no device\\0")
+    assert again["new_evaluations"] == 1 and again["best"]["plan"] == {"bx": 64} and again["best"]["time"] == 2.0
+
+
 def test_four_processes_share_one_postgres_history(postgres_url, workspace):
     command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--history", postgres_url, "--json",
                "search_plans", "--strategy", "quick", "--seed", "7", "--max-evals", "120"]

@@ -629,6 +629,49 @@ def test_the_reads_and_the_main_job_measure_a_default_killed_at_a_shorter_timeou
     assert default_time("30") == 2 and default_time("0.5") == 2 and runs_of_default() == 4
 
 
+def test_failures_the_machine_caused_are_measured_again_and_their_times_replace_them(kernel, tmp_path):
+    """A failed run was kept like a time and never measured again, so a failure the machine caused (no device) stayed
+    until a new history. remeasure_failures --reason runs the failures whose reason holds the text again, in rounds:
+    one cut short resumes, the next measures what failed again; the times take the failures' places, so the history's
+    best is found, and a failure the configuration causes (too many registers) is left alone."""
+    log, broken = tmp_path / "runs.log", tmp_path / "broken"
+    (kernel / "bench.py").write_text(
+        f"import json, os, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(f\"{{c['bx']}},{{c['t']}}\\n\")\n"
+        f"if c['t'] == 2 and os.path.exists({str(broken)!r}):\n    print('CUDA error: no device', file=sys.stderr); sys.exit(1)\n"
+        "if c['bx'] == 96:\n    print(json.dumps({'error': 'too many registers'}))\n"
+        "else:\n    print(c['bx'] / 32 + c['t'] - 2 * (c['t'] == 2))\n")
+    (kernel / "grid.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "bx", "Values": "[32 * i for i in range(1, 5)]"}, {"Name": "t", "Values": [1, 2, 3]}]}}))
+    common = ("--objective", "command:bench.py", "--space", "grid.t1.json", "--json")
+
+    def tuner(*args: str, code: int = 0) -> dict:
+        out = _tuner(kernel, *common, *args)
+        assert out.returncode == code, out.stderr
+        return json.loads(out.stdout)
+
+    def runs() -> list[str]:
+        return log.read_text().split()
+
+    broken.touch()
+    swept = tuner("bounded_exhaustive_search", "--profile", "all")
+    assert swept["failure_reasons"] == {"bench.py exited 1: CUDA error: no device": 4, "too many registers": 2}
+    cut = tuner("remeasure_failures", "--reason", "CUDA error", "--max-evals", "2", code=1)    # still broken: no time
+    assert (cut["target"], cut["new_evaluations"], cut["failed"], cut["stopped"]) == ("failures:1", 2, 2, "evaluation budget")
+    broken.unlink()
+    resumed = tuner("remeasure_failures", "--reason", "CUDA error")        # the round's other two (bx=96 fails as it does)
+    assert (resumed["target"], resumed["new_evaluations"], resumed["stopped"]) == ("failures:1", 2, "exhausted")
+    assert resumed["failure_reasons"] == {"too many registers": 1} and resumed["best"]["plan"] == {"bx": 32, "t": 2}
+    again = tuner("remeasure_failures", "--reason", "CUDA error")           # the next round: the two that failed again
+    assert (again["target"], again["new_evaluations"], again["failed"]) == ("failures:2", 2, 0)
+    assert sorted(runs()[12:]) == sorted(runs()[12:14] * 2 + ["32,2", "96,2"]) and len(runs()) == 18
+    out = _tuner(kernel, *common, "remeasure_failures", "--reason", "CUDA error")
+    assert out.returncode == 2 and "holds no failed run of command:" in out.stderr and "whose reason holds 'CUDA error'" in out.stderr
+    best = tuner("compare_history")["best_verified"]
+    assert best["plan"] == {"bx": 32, "t": 2} and best["time"] == 1.0
+    assert tuner("remeasure_failures", "--reason", "registers", code=1)["failure_reasons"] == {"too many registers": 3}
+    assert len(runs()) == 21
+
+
 def test_a_cancel_ends_a_batch_of_program_runs_between_two_runs(kernel, tmp_path):
     """A program's configurations are claimed and scored one at a time, so a cancel (or the time budget) ends even a batch
     of a hundred, such as a local search's pair phase, after the run in progress; the study counts only what ran (it

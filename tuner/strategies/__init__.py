@@ -8,7 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from tuner.search import Outcome, Search
-from tuner.strategies import bayes, checkpoint, exhaustive, focused, quick
+from tuner.strategies import bayes, checkpoint, exhaustive, focused, quick, remeasure
 
 STRATEGIES: dict[str, Callable[[Search], Outcome]] = {
     "quick": quick.run,
@@ -16,6 +16,7 @@ STRATEGIES: dict[str, Callable[[Search], Outcome]] = {
     "focused": focused.run,
     "checkpoint": checkpoint.run,
     "exhaustive": exhaustive.run,
+    "remeasure": remeasure.run,
 }
 
 __all__ = ["STRATEGIES"]
