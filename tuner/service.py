@@ -809,14 +809,14 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
     members = list(dict.fromkeys(h for h, _ in ctx.history.outcomes(name)))        # each plan once, in the order first seen
     rows = {mode: ctx.history.cached(objective, mode, members) for mode in ctx.objective.modes}
     killed = ctx.history.timed_out(objective, first)
-    kept = {t.user_attrs["plan_hash"]: t.user_attrs for t in ctx.history.trials(name)}      # reasons, repeated measurements
-    reasons = {h: attrs["reason"] for h, attrs in kept.items() if "reason" in attrs}
+    kept = {t.user_attrs["plan_hash"]: t.user_attrs for t in ctx.history.trials(name)}      # repeated measurements
+    reasons = {h: why for h, (_, why) in ctx.history.failures(objective, first)[1].items() if why is not None}
     runtimes = {h: attrs["samples"] for h, attrs in kept.items() if "samples" in attrs}
     if ctx.objective_repeats > 1 and any(h not in runtimes for h in members):    # found in the history: another study's runs
         runtimes = ctx.history.samples(objective) | runtimes
     known = reasons.keys() | killed.keys()
     unknown = [h for h in members if h in rows[first] and rows[first][h].cycles is None and h not in known]
-    if unknown and getattr(ctx.objective, "timeout_s", None) is None:      # a failure whose trial was thinned, where asking
+    if unknown and getattr(ctx.objective, "timeout_s", None) is None:      # one an older history kept no reason for, where asking
         result = ctx.objective.evaluate(np.stack([rows[first][h].idx for h in unknown]), first)    # again is a lookup, not a run
         reasons |= {h: why for h, why in zip(unknown, result.reasons, strict=False) if why is not None}
     results = []
