@@ -130,7 +130,7 @@ def test_a_fast_sweep_counts_its_failures_by_their_reasons(tmp_path, workspace, 
     result = service.bounded_exhaustive_search(ctx, "splits")
     idx = load_profile("splits", SPACE, workspace / "studies").plans(0, 15)
     cannot = int((~BuiltinObjective().feasible(idx)).sum())
-    assert cannot > 0 and result["failure_reasons"] == {"infeasible (the problem's cheap check)": cannot}
+    assert cannot > 0 and result["failure_reasons"] == {"ruled out by the problem's cheap check": cannot}
 
 
 @pytest.mark.parametrize("strategy", ["quick", "checkpoint"])

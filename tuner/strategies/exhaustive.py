@@ -31,7 +31,7 @@ GROWTH = 64                         # how much larger each range may be than the
 KEEP = 64
 FINALISTS = 16
 DEAR_BELOW = 100.0                  # plans per second below which a range's every evaluation is kept in the history
-INFEASIBLE = "infeasible (the problem's cheap check)"      # a fast range's plans that the objective rules out unscored
+INFEASIBLE = "ruled out by the problem's cheap check"      # a fast range's plans that the objective rules out unscored
 
 
 def _score(search: Search, start: int, stop: int, dear: bool) -> tuple[list[dict[str, object]], int]:
