@@ -769,16 +769,24 @@ class History:
         studies kept (``None`` where its trial was thinned). Three queries, or four where an older version scored some."""
         failing = or_(EVALUATIONS.c.best_cycles.is_(None), EVALUATIONS.c.correct == 0)
         of = and_(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode)
-        kept = REASONS.name in self._tables
         with self.connect() as connection:
             scored = connection.execute(select(func.count()).select_from(EVALUATIONS).where(of)).scalar_one()
             failed = dict(connection.execute(select(EVALUATIONS.c.plan_hash, EVALUATIONS.c.best_cycles).where(of, failing)).all())
-            reasons = dict(connection.execute(select(REASONS.c.plan_hash, REASONS.c.reason)
-                                              .where(REASONS.c.objective == objective, REASONS.c.mode == mode)).all()
-                           ) if failed and kept else {}
+        reasons = self.reasons(objective, mode) if failed else {}
         if any(value is None and h not in reasons for h, value in failed.items()):
             reasons = self._kept(objective, "reason") | reasons
         return scored, {h: (value, reasons.get(h)) for h, value in failed.items()}
+
+    @outlasting_outages
+    def reasons(self, objective: str, mode: str, hashes: Iterable[str] | None = None) -> dict[str, str]:
+        """Why the failed evaluations of ``objective`` in ``mode`` failed (those of ``hashes``, or all), by plan hash, as
+        the history keeps it (not for those an older version scored)."""
+        if REASONS.name not in self._tables:
+            return {}
+        query = select(REASONS.c.plan_hash, REASONS.c.reason).where(REASONS.c.objective == objective, REASONS.c.mode == mode)
+        queries = [query] if hashes is None else [query.where(c) for c in in_chunks(REASONS.c.plan_hash, sorted(set(hashes)))]
+        with self.connect() as connection:
+            return {h: why for q in queries for h, why in connection.execute(q)}
 
     @functools.cached_property
     def _tables(self) -> set[str]:

@@ -1053,7 +1053,8 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
     value = number(row.cycles)
     outcome: dict[str, Any] = {"baseline": {"plan_hash": key, "plan": default, mode: value}}
     if value is None:
-        outcome["baseline"]["reason"] = row.reason or "it failed in an earlier run (the history keeps the failure, not its reason)"
+        outcome["baseline"]["reason"] = (row.reason or ctx.history.reasons(ctx.objective.name, mode, [key]).get(key)
+                                         or "it failed in an earlier run (an older version kept no reason in the history)")
     _log(ctx, f"the space's default: {mode} {ctx.shown(value)}" if value is not None else
               f"the space's default cannot run: {brief(outcome['baseline']['reason'])}")
     outcome["steps"] = [{"step": "run_objective", mode: value}, *_run_searches(ctx, started + time_s, time_s, [
