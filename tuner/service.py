@@ -13,6 +13,7 @@ import shlex
 import time
 from collections import Counter
 from collections.abc import Callable
+from contextlib import closing
 from dataclasses import dataclass, field
 from functools import cached_property
 from itertools import compress
@@ -191,11 +192,11 @@ def _log(ctx: Context, line: str) -> None:
         ctx.log(line)
 
 
-def _studies_elsewhere(ctx: Context) -> str:
-    """Where the history holds no study of the objective but some of others, what they are, to end a sentence: those
-    of the same program measured another number of times with the ``--repeats`` that reads them, else how many there
-    are; empty otherwise."""
-    counts = Counter(s["objective"] for s in ctx.history.sweeps())
+def _studies_elsewhere(ctx: Context, history: History | None = None) -> str:
+    """Where the history (``ctx``'s, or ``history``) holds no study of the objective but some of others, what they are,
+    to end a sentence: those of the same program measured another number of times with the ``--repeats`` that reads
+    them, else how many there are; empty otherwise."""
+    counts = Counter(s["objective"] for s in (history or ctx.history).sweeps())
     if counts[ctx.objective.name] or not counts:
         return ""
     base = repeats_of(ctx.objective.name)[0]
@@ -516,11 +517,12 @@ def remeasure_failures(ctx: Context, reason: str | None = None, max_evals: int |
     _positive("max_evals", max_evals)
     _positive("time_s", time_s)
     name, mode = ctx.objective.name, ctx.objective.modes[0]
-    failed = {h for h, (value, why) in ctx.history.failures(name, mode)[1].items()
-              if value is None and (reason is None or reason in (why or ""))}
-    if not failed:
-        which = f"failed run of {name}" + (f" whose reason holds {quoted(reason)}" if reason is not None else "")
-        raise ServiceError(f"the history holds no {which}: nothing to measure again{_studies_elsewhere(ctx)}")
+    with closing(History(ctx.history_url, read_only=True, log=ctx.log, outage_s=ctx.outage_s)) as history:   # a refusal writes nothing
+        failed = {h for h, (value, why) in history.failures(name, mode)[1].items()
+                  if value is None and (reason is None or reason in (why or ""))}
+        if not failed:
+            which = f"failed run of {name}" + (f" whose reason holds {quoted(reason)}" if reason is not None else "")
+            raise ServiceError(f"the history holds no {which}: nothing to measure again{_studies_elsewhere(ctx, history)}")
     if ctx.checking:
         return {}
     rounds = sum(s["objective"] == name and s["strategy"] == "remeasure" and s["mode"] == mode and s["state"] == "done"
