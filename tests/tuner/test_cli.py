@@ -483,14 +483,18 @@ def test_the_main_job_runs_a_default_that_fails_once_and_a_rerun_not_at_all(tmp_
 @pytest.mark.parametrize("objective", ["cache", "program"])
 def test_every_command_works_on_another_problem_or_says_it_is_for_the_tensor_plan(tmp_path, objective, capsys, monkeypatch):
     """On a measured cache and on a program of one's own, each subcommand either runs (exit 0: its JSON names the
-    configuration's time, never cycles) or exits 2 with one line saying that it is for the tensor plan, writing nothing."""
+    configuration's time, never cycles) or exits 2 with one line saying that it is for the tensor plan (or, measuring
+    failures again, for a program), writing nothing."""
     from conftest import toy_cache
 
     from tuner.cli import COMMANDS, main
 
     records = {(bx, t): bx / 32 + t for bx in (32, 64, 128) for t in (1, 2)}
     toy_cache(tmp_path, records)
-    (tmp_path / "bench.py").write_text("import json, sys\nc = json.load(sys.stdin)\nprint(c['bx'] / 32 + c['tile'])\n")
+    busy = tmp_path.parent / f"{tmp_path.name}-busy"                       # the program's first run of 128 x 2 fails
+    (tmp_path / "bench.py").write_text(f"import json, os, sys\nc = json.load(sys.stdin)\nif c == {{'bx': 128, 'tile': 2}} and not "
+                                       f"os.path.exists({str(busy)!r}):\n    open({str(busy)!r}, 'w').close()\n"
+                                       "    print(json.dumps({'error': 'device busy'}))\nelse:\n    print(c['bx'] / 32 + c['tile'])\n")
     (tmp_path / "best.json").write_text(json.dumps({"bx": 32, "tile": 1}))
     problem = ["--objective", "cache:toy.json.gz"] if objective == "cache" else \
         ["--objective", "command:bench.py", "--space", "toy.json.gz"]
@@ -502,11 +506,16 @@ def test_every_command_works_on_another_problem_or_says_it_is_for_the_tensor_pla
         if command in TENSOR_PLAN_ONLY:
             assert code == 2 and err.count("\n") == 1 and "works on the tensor-plan problem only" in err, (command, err)
             continue
+        if command == "remeasure_failures" and objective == "cache":
+            assert code == 2 and err.count("\n") == 1 and "a program's failed runs are measured again" in err, err
+            continue
         assert code == 0, (command, err)
         result = json.loads(out)
         assert "cycles" not in out and "dev" not in result, (command, out)
         if command in ("benchmark_plan", "run_objective"):
             assert (result["reports"]["time"] if command == "benchmark_plan" else result)["time_ms"] == 2.0
+        if command == "remeasure_failures":                                # the failed run, measured again
+            assert result["failure_reasons"] == {} and result["best"]["plan"] == {"bx": 128, "tile": 2}, out
         if command == "compare_history":                                  # no plan file: the default is the baseline
             sources = {r["source"] for r in result["rows"]}
             assert "the space's default" in sources and "current" not in sources, out
