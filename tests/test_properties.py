@@ -415,13 +415,37 @@ def test_an_edited_space_holds_every_measurement_of_its_configurations_and_no_ot
     measured = {(x, y): data.draw(st.none() | st.floats(0.5, 100)) for x in before[0] for y in before[1]
                 if data.draw(st.booleans())}                  # some configurations measured, some of them failed
     history.adopt(old)
-    rows = [Row(old.space.hash({"x": x, "y": y}), value, value is not None, None, old.space.encode({"x": x, "y": y}))
-            for (x, y), value in measured.items()]
+    rows = [Row(old.space.hash({"x": x, "y": y}), value, value is not None, None, old.space.encode({"x": x, "y": y}),
+                reason=None if value is not None else f"failed at {x}, {y}") for (x, y), value in measured.items()]
     if rows:
         history.write(old.name, "time", rows)
     adopted = history.adopt(new) if old.name != new.name else len(measured)
     held = {tuple(new.space.decode(row.idx).values()): row.cycles for row in history.cached(new.name, "time").values()}
+    reasons = set(history.reasons(new.name, "time").values())
     history.close()
     shutil.rmtree(folder)
     shared = {c: v for c, v in measured.items() if c[0] in after[0] and c[1] in after[1] and (limit is None or sum(c) <= limit)}
     assert held == shared and adopted == len(shared)
+    assert reasons == {f"failed at {x}, {y}" for (x, y), v in shared.items() if v is None}        # each failure's, carried
+
+
+@settings(max_examples=60)
+@given(writes=st.lists(st.tuples(st.integers(0, 4), st.none() | st.floats(0.5, 10), st.booleans()), max_size=14))
+def test_each_failure_keeps_the_reason_of_the_write_that_stands(writes):
+    """Whatever writes come, each a configuration's time or failure, some replacing what the history held (a run
+    measured again): every configuration holds the first write's result unless a later one replaced it, and a failure
+    is given the reason of that write, a time none."""
+    from tuner.history import History, Row
+
+    folder = Path(tempfile.mkdtemp(prefix="reasons-"))
+    history = History(f"sqlite:///{folder / 'h.db'}")
+    standing: dict[str, tuple[float | None, str | None]] = {}
+    for n, (i, value, replace) in enumerate(writes):
+        h, why = f"h{i}", None if value is not None else f"failure {n}\0 of h{i}"
+        history.write("o", "time", [Row(h, value, value is not None, None, np.array([i]), reason=why)], replaced=[h] if replace else [])
+        if replace or h not in standing:
+            standing[h] = (value, why and why.replace("\0", "\\0"))
+    failures = history.failures("o", "time")[1]
+    history.close()
+    shutil.rmtree(folder)
+    assert failures == {h: outcome for h, outcome in standing.items() if outcome[0] is None}
