@@ -26,7 +26,7 @@ from tuner import gate, noise, package_version
 from tuner.claims import studies_at_work
 from tuner.history import History, resolve_url, sqlite_file
 from tuner.objectives import Objective
-from tuner.objectives.base import brief, value_key
+from tuner.objectives.base import brief, reason_group, value_key
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.objectives.cache import T4_VERSION, CacheObjective, t4_result
 from tuner.objectives.command import CommandObjective, ProgramObjective, repeats_of
@@ -518,11 +518,15 @@ def remeasure_failures(ctx: Context, reason: str | None = None, max_evals: int |
     _positive("time_s", time_s)
     name, mode = ctx.objective.name, ctx.objective.modes[0]
     with closing(History(ctx.history_url, read_only=True, log=ctx.log, outage_s=ctx.outage_s)) as history:   # a refusal writes nothing
-        failed = {h for h, (value, why) in history.failures(name, mode)[1].items()
-                  if value is None and (reason is None or reason in (why or ""))}
+        failures = {h: why for h, (value, why) in history.failures(name, mode)[1].items() if value is None}
+        failed = {h for h, why in failures.items() if reason is None or reason in (why or "")}
         if not failed:
             which = f"failed run of {name}" + (f" whose reason holds {quoted(reason)}" if reason is not None else "")
-            raise ServiceError(f"the history holds no {which}: nothing to measure again{_studies_elsewhere(ctx, history)}")
+            said = _studies_elsewhere(ctx, history)
+            if failures:                                # the reasons there are, for the text to give
+                held = Counter(reason_group(why) if why is not None else "no reason kept" for why in failures.values())
+                said = f"; its {counted(len(failures), 'failed run')} say: " + ", ".join(f"{why} ({n})" for why, n in held.most_common(3))
+            raise ServiceError(f"the history holds no {which}: nothing to measure again{said}")
     if ctx.checking:
         return {}
     rounds = sum(s["objective"] == name and s["strategy"] == "remeasure" and s["mode"] == mode and s["state"] == "done"

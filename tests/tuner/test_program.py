@@ -666,6 +666,7 @@ def test_failures_the_machine_caused_are_measured_again_and_their_times_replace_
     assert sorted(runs()[12:]) == sorted(runs()[12:14] * 2 + ["32,2", "96,2"]) and len(runs()) == 18
     out = _tuner(kernel, *common, "remeasure_failures", "--reason", "CUDA error")
     assert out.returncode == 2 and "holds no failed run of command:" in out.stderr and "whose reason holds 'CUDA error'" in out.stderr
+    assert out.stderr.endswith("nothing to measure again; its 3 failed runs say: too many registers (3)\n"), out.stderr
     out = _tuner(kernel, *common, "--history", "new.db", "remeasure_failures")            # refused: no history created
     assert out.returncode == 2 and "holds no failed run" in out.stderr and not (kernel / "new.db").exists()
     best = tuner("compare_history")["best_verified"]
