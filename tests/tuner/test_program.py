@@ -675,6 +675,27 @@ def test_failures_the_machine_caused_are_measured_again_and_their_times_replace_
     assert len(runs()) == 21
 
 
+def test_measuring_failures_again_by_reason_leaves_a_run_killed_at_a_shorter_timeout_alone(kernel, tmp_path):
+    """Under a longer --timeout-s a run killed at a shorter one counts as not measured yet, for any search: a round of
+    remeasure_failures --reason measured it too, though its reason does not hold the text."""
+    log, broken = tmp_path / "runs.log", tmp_path / "broken"
+    (kernel / "bench.py").write_text(
+        f"import json, os, sys, time\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(f\"{{c['bx']}}\\n\")\n"
+        "if c['bx'] == 64:\n    time.sleep(2)\n"
+        f"if c['bx'] == 32 and os.path.exists({str(broken)!r}):\n    print('no device', file=sys.stderr); sys.exit(1)\n"
+        "print(c['bx'] / 32)\n")
+    (kernel / "grid.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "bx", "Values": "[32 * i for i in range(1, 5)]"}]}}))
+    common = ("--objective", "command:bench.py", "--space", "grid.t1.json", "--json")
+    broken.touch()
+    out = _tuner(kernel, *common, "--timeout-s", "0.5", "bounded_exhaustive_search", "--profile", "all")
+    assert out.returncode == 0 and json.loads(out.stdout)["failed"] == 2, out.stderr
+    broken.unlink()
+    out = _tuner(kernel, *common, "--timeout-s", "30", "remeasure_failures", "--reason", "no device")
+    assert out.returncode == 0 and json.loads(out.stdout)["new_evaluations"] == 1, out.stderr
+    assert log.read_text().split() == ["32", "64", "96", "128", "32"]
+
+
 def test_a_cancel_ends_a_batch_of_program_runs_between_two_runs(kernel, tmp_path):
     """A program's configurations are claimed and scored one at a time, so a cancel (or the time budget) ends even a batch
     of a hundred, such as a local search's pair phase, after the run in progress; the study counts only what ran (it
