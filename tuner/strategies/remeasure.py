@@ -16,8 +16,9 @@ BATCH = 256                         # configurations per call of Search.evaluate
 
 
 def run(search: Search) -> Outcome:
-    todo = [idx for h, idx in search.unmeasured.items()          # not those a longer time limit alone would measure,
-            if h in search.spec.remeasure and h not in search.seen]  # nor what a resumed round measured
+    # the failures asked for (not the runs that a longer time limit alone counts as not measured), less those a
+    # resumed round measured already
+    todo = [idx for h, idx in search.unmeasured.items() if h in search.spec.remeasure and h not in search.seen]
     for start in range(0, len(todo), BATCH):
         if stopped := search.stop_reason():
             return search.finish(search.top(), stopped)
