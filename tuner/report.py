@@ -199,8 +199,9 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
         which = ("by reason" if failures["explained"] == failures["failed"] else
                  f"the reasons of the {failures['explained']:,} whose trial was kept (an older history kept them only there, "
                  "in a sample of a long search's trials)")
+        again = "; remeasure_failures --reason TEXT runs again those the machine caused" if failures.get("program") else ""
         figures.append((f"Failures: {failures['failed']:,} of the {failures['scored']:,} configurations scored have no value; "
-                        + which, fig))
+                        + which + again, fig))
     for mode, plans in info.get("trace", {}).items():
         components = sorted({c for cases in plans.values() for comps in cases.values() for c in comps})
         bars = []

@@ -898,6 +898,8 @@ def report_info(ctx: Context) -> dict[str, Any]:
                             "importance": figures.importance_info(history, name, first, space),
                             "marginals": figures.marginals_info(history, name, first, space),
                             "failures": figures.failures_info(history, name, first)}
+    if info["failures"] and getattr(ctx.objective, "timeout_s", None) is not None:     # a program's runs: they can run again
+        info["failures"]["program"] = True
     if last != first:
         info["scatter"] = figures.scatter_info(history, name, first, last)
     if ctx.objective_repeats > 1:

@@ -100,7 +100,7 @@ def test_the_report_counts_the_configurations_without_a_value_by_reason(tmp_path
                     "reasons": {"InvalidConfig": 2, "not measured": 2, "RuntimeFailedConfig": 1}}
     out = service.report(ctx)
     assert "failures" in out["sections"]
-    assert "Failures: 5 of the 6 configurations scored have no value; by reason" in (tmp_path / out["path"]).read_text()
+    assert "Failures: 5 of the 6 configurations scored have no value; by reason</h2>" in (tmp_path / out["path"]).read_text()
     ctx.close()
     monkeypatch.chdir(tmp_path)                                 # the program's path is read from the working folder
     (tmp_path / "bench.py").write_text("import json\nprint(json.dumps({'error': 'no device'}))\n")
@@ -111,7 +111,9 @@ def test_the_report_counts_the_configurations_without_a_value_by_reason(tmp_path
                                                                              "reasons": {"no device": 2}}
     out = service.report(ctx)
     assert out["sections"] == ["failures"]
-    assert "holds no scored plans" not in (tmp_path / out["path"]).read_text()
+    page = (tmp_path / out["path"]).read_text()
+    assert "holds no scored plans" not in page
+    assert "have no value; by reason; remeasure_failures --reason TEXT runs again those the machine caused</h2>" in page
     ctx.close()
 
 
