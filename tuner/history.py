@@ -904,10 +904,11 @@ class History:
                       for r in rows]
             dialect_insert = sqlite_insert if self.sqlite else postgresql_insert
             connection.execute(dialect_insert(EVALUATIONS).on_conflict_do_nothing(), values)     # idempotent on both
-            keys = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash} for r in rows]
-            killed = [key | {"limit_s": r.timed_out_s} for key, r in zip(keys, rows, strict=True) if r.timed_out_s is not None]
-            reasons = [key | {"reason": r.reason.replace("\0", "\\0")}              # PostgreSQL's text holds no NUL
-                       for key, r in zip(keys, rows, strict=True) if r.reason is not None]
+            killed = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash, "limit_s": r.timed_out_s}
+                      for r in rows if r.timed_out_s is not None]
+            reasons = [{"objective": objective, "mode": mode, "plan_hash": r.plan_hash,
+                        "reason": r.reason.replace("\0", "\\0")}                    # PostgreSQL's text holds no NUL
+                       for r in rows if r.reason is not None]
             for table, extra in ((TIMEOUTS, killed), (REASONS, reasons)):
                 if extra:
                     connection.execute(dialect_insert(table).on_conflict_do_nothing(), extra)
