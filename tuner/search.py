@@ -25,7 +25,7 @@ from tuner import stopping
 from tuner.claims import Worker
 from tuner.history import History, Row, TrialRecord, rows_of
 from tuner.objectives import Evaluations, Objective
-from tuner.objectives.base import reason_group
+from tuner.objectives.base import reason_group, runs_program
 from tuner.space import Space
 
 Progress = Callable[[int, int, str], None]
@@ -137,7 +137,7 @@ class Search:
         self.stale |= {h for h in spec.remeasure if h in self.cache and self.cache[h].cycles is None}    # and those asked
         # an objective that runs a program (it has a time limit per run) is claimed and scored one configuration at a
         # time, so that the time budget or a cancel ends a batch between runs, not after hundreds of them
-        self.one_by_one = getattr(objective, "timeout_s", None) is not None
+        self.one_by_one = runs_program(objective)
         # the configurations of those failures, by plan hash (an earlier run of the study puts those it saw back: sync)
         self.unmeasured = {h: self.cache.pop(h).idx for h in sorted(self.stale)}
         record = history.sweep(self.name)

@@ -26,7 +26,7 @@ from tuner import gate, noise, package_version
 from tuner.claims import studies_at_work
 from tuner.history import History, resolve_url, sqlite_file
 from tuner.objectives import Objective
-from tuner.objectives.base import brief, reason_group, value_key
+from tuner.objectives.base import brief, reason_group, runs_program, value_key
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.objectives.cache import T4_VERSION, CacheObjective, t4_result
 from tuner.objectives.command import CommandObjective, ProgramObjective, repeats_of
@@ -509,7 +509,7 @@ def remeasure_failures(ctx: Context, reason: str | None = None, max_evals: int |
     place in the history, where every later search and read finds it. A round (a study of its own) measures each such
     failure once, in the order of their hashes; one stopped by ``max_evals``, ``time_s`` or a signal resumes, and a
     call after a finished round starts the next."""
-    if getattr(ctx.objective, "timeout_s", None) is None:
+    if not runs_program(ctx.objective):
         raise ServiceError(f"{ctx.objective.label} gives each configuration the same value every time: only a program's "
                            "failed runs are measured again (--objective command or command:PROGRAM runs one)")
     if reason is not None and (not isinstance(reason, str) or not 0 < len(reason) <= MAX_REASON_FILTER):
@@ -822,7 +822,7 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
         runtimes = ctx.history.samples(objective) | runtimes
     known = reasons.keys() | killed.keys()
     unknown = [h for h in members if h in rows[first] and rows[first][h].cycles is None and h not in known]
-    if unknown and getattr(ctx.objective, "timeout_s", None) is None:      # one an older history kept no reason for, where asking
+    if unknown and not runs_program(ctx.objective):      # one an older history kept no reason for, where asking
         result = ctx.objective.evaluate(np.stack([rows[first][h].idx for h in unknown]), first)    # again is a lookup, not a run
         reasons |= {h: why for h, why in zip(unknown, result.reasons, strict=False) if why is not None}
     results = []
@@ -898,7 +898,7 @@ def report_info(ctx: Context) -> dict[str, Any]:
                             "importance": figures.importance_info(history, name, first, space),
                             "marginals": figures.marginals_info(history, name, first, space),
                             "failures": figures.failures_info(history, name, first)}
-    if info["failures"] and getattr(ctx.objective, "timeout_s", None) is not None:     # a program's runs: they can run again
+    if info["failures"] and runs_program(ctx.objective):     # a program's runs: they can run again
         info["failures"]["program"] = True
     if last != first:
         info["scatter"] = figures.scatter_info(history, name, first, last)

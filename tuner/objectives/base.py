@@ -112,3 +112,10 @@ class Objective(Protocol):
     def report(self, plan: dict[str, Any], mode: str) -> dict[str, Any]:
         """The full report of one configuration (for the tensor plan: ``benchmark.py --json``)."""
         ...
+
+
+
+def runs_program(objective: Objective) -> bool:
+    """Whether ``objective`` runs a program per measurement (it has a ``timeout_s``): its runs are dear, one by one, and
+    may fail for the machine's sake, where the model's and a cache's values never change."""
+    return getattr(objective, "timeout_s", None) is not None
