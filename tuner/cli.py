@@ -478,7 +478,7 @@ def _search_in_workers(args: argparse.Namespace, tool: str, kwargs: dict[str, An
 def _refused(command: str, result: dict[str, Any]) -> bool:
     """Whether the tool refused (an invalid plan, a gate that did not pass: not a plan that already is the best) or the
     objective failed: a search, or the main job on a cache or a program, in which no configuration ran (exit status 1)."""
-    nothing_ran = ((command in (*service.SEARCH_TOOLS, "remeasure_failures") and result.get("best") is None)
+    nothing_ran = ((command in service.STUDY_TOOLS and result.get("best") is None)
                    or (command == "run" and not {"best", "gate"} & result.keys()))
     refused = ((command == "validate_plan" and not result.get("valid"))
                or (command.startswith("apply_") and not result.get("passed") and not result.get("current_is_best")))

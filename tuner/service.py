@@ -69,12 +69,13 @@ class ServiceError(ValueError):
 LARGE_SWEEP = 10_000_000                # configurations past which a sweep with no budget says so as it starts
 SEARCH_WRITES = frozenset({"history"})
 SEARCH_TOOLS = ("local_neighborhood_search", "bounded_exhaustive_search", "search_plans")
+STUDY_TOOLS = (*SEARCH_TOOLS, "remeasure_failures")    # every tool that runs a study: it fails where nothing ran
 WRITES: dict[str, frozenset[str]] = {
     # what each tool may write: "history" (adds evaluations, studies and sweeps), or a workspace write kind
     # (tuner.workspace.WRITE_KINDS: "plan" through the gate, a new "fixture", the "result" file); none: read-only
     **dict.fromkeys(("run_objective", "trace_summary", "validate_plan", "benchmark_plan", "candidate_diff", "repeated_evaluation",
                      "resume_search_history", "compare_history", "rank_experiments"), frozenset()),
-    **dict.fromkeys((*SEARCH_TOOLS, "remeasure_failures"), SEARCH_WRITES),
+    **dict.fromkeys(STUDY_TOOLS, SEARCH_WRITES),
     **dict.fromkeys(("apply_candidate", "apply_best_verified", "rollback"), frozenset({"plan"})),
     "export_candidate_fixture": frozenset({"fixture"}),
     "record_result": frozenset({"result"}),
