@@ -493,6 +493,34 @@ def test_a_space_file_with_a_bad_coupled_group_exits_2_and_writes_nothing(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["toy.json.gz", "toy.t1.json"]
 
 
+def test_a_measurement_the_space_file_rules_out_has_no_value_and_is_never_the_best(tmp_path):
+    """A space file may restrict more than the tuning that made the cache did (a limit of another target): the cache then
+    holds times of configurations that are not in the space. The main job took its default's time, the fastest of the
+    file, as the best, outside the space, at 1.5 times "the cache's optimum"."""
+    toy_cache(tmp_path, {(bx, t): bx / 32 + t for bx in (32, 64, 128) for t in (1, 2)})     # (32, 1) is the fastest: 2 ms
+    (tmp_path / "no32.t1.json").write_text(json.dumps(t1([{"Name": "bx", "Values": [32, 64, 128], "Default": 32},
+                                                           {"Name": "tile", "Values": [1, 2]}], ["bx > 32"])))
+    given = ("--objective", "cache:toy.json.gz", "--space", "no32.t1.json", "--json")
+    out = _cli(*given, "run", cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    assert result["baseline"]["time"] is None and result["baseline"]["reason"] == RULED_OUT
+    assert result["best"]["time"] == 3.0 and result["of_optimum"] == 1.0                  # (64, 1), the best the space allows
+    assert json.loads((tmp_path / "results" / "tuner_run_best.json").read_text()) == {"bx": 64, "tile": 1}
+    compared = json.loads(_cli(*given, "compare_history", cwd=tmp_path).stdout)
+    assert compared["best_verified"]["plan"] == {"bx": 64, "tile": 1} and not compared["current_is_best"]
+    scored = json.loads(_cli(*given, "run_objective", cwd=tmp_path).stdout)
+    assert not scored["feasible"] and scored["reason"] == RULED_OUT and scored["time_ms"] is None
+
+    toy_cache(tmp_path, {(32, 1): 1.0, (32, 2): "InvalidConfig"}, name="one.json")
+    before = sorted(p.name for p in tmp_path.iterdir())
+    out = _cli("--objective", "cache:one.json", "--space", "no32.t1.json", "compare_history", cwd=tmp_path)
+    assert out.returncode == 2 and out.stderr.endswith(
+        "cache file 'one.json' holds no successful measurement of a configuration the restrictions of space file "
+        "'no32.t1.json' allow (they rule out all 1 that have a time) (its records: InvalidConfig 1)\n"), out.stderr
+    assert sorted(p.name for p in tmp_path.iterdir()) == before
+
+
 @pytest.mark.parametrize("strategy", ["quick", "bayes", "focused", "checkpoint", "exhaustive"])
 def test_every_strategy_runs_on_a_measured_cache_and_resumes(tmp_path, strategy):
     records = {(bx, t): 1.0 + abs(bx - 64) / 32 + t for bx in (32, 64, 128) for t in (1, 2)} | {(128, 2): "RuntimeFailedConfig"}

@@ -7,8 +7,10 @@ marker (``InvalidConfig``, ``CompilationFailedConfig``, ``RuntimeFailedConfig``,
 a T4 ``invalidity`` of ``constraints``, ``compile`` or ``runtime`` reads as the first three) is
 infeasible with that reason; one the file does not hold is infeasible as "not measured". The
 space comes from the file, or from a T1 file naming the same knobs (which adds its restrictions
-and defaults). Restrictions are the only cheap feasibility: which configurations were measured is
-not known before they are asked for.
+and defaults); a record those restrictions rule out is no configuration of the space and has no
+value ("ruled out by the space's restrictions"), as a program's run would have none. Restrictions
+are the only cheap feasibility: which configurations were measured is not known before they are
+asked for.
 """
 
 from __future__ import annotations
@@ -185,18 +187,22 @@ class CacheObjective:
                 self._time[key] = value
             else:
                 self._reason[key] = time if time in ERROR_MARKERS else OTHER_FAILURE.format(brief(str(time))[:60])
-        if not self._time:
+        keys = list(self._time)
+        allowed = space.allowed(np.frombuffer(b"".join(keys), dtype=np.int16).reshape(len(keys), len(space.knobs)))
+        ruled_out = [key for key, ok in zip(keys, allowed, strict=True) if not ok]
+        for key in ruled_out:                             # measured, but not a configuration of this space: no value
+            del self._time[key]
+        if not self._time and not (ruled_out and space.unsatisfiable()):   # none at all: the searches say so
             where = f"space file {Path(space_path).name!r}" if space_path is not None else "its tune_params"
             held = Counter(self._reason.values()).most_common(MAX_REASONS)
             raise SpaceError(f"cache file {path.name!r} holds no successful measurement"
-                             + (f" of a configuration in {where}: {outside}" if outside else "")
+                             + (f" of a configuration the restrictions of {where} allow (they rule out all "
+                                f"{len(ruled_out):,} that have a time)" if ruled_out else
+                                f" of a configuration in {where}: {outside}" if outside else "")
                              + (f" (its records: {', '.join(f'{why} {count:,}' for why, count in held)})" if held else ""))
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
         self.name = f"cache:{digest}:{space.fingerprint}"
-        keys = list(self._time)
-        allowed = space.allowed(np.frombuffer(b"".join(keys), dtype=np.int16).reshape(len(keys), len(space.knobs)))
-        times = [t for t, ok in zip(self._time.values(), allowed, strict=True) if ok]
-        self.optimum: float | None = min(times) if times else None     # the best recorded time (ms) the space allows
+        self.optimum: float | None = min(self._time.values(), default=None)    # the best recorded time (ms) the space allows
         self.measures = None                               # replaying is free: nothing to carry over
 
     def feasible(self, idx: np.ndarray) -> np.ndarray:
