@@ -368,6 +368,20 @@ def test_a_measurement_the_restrictions_rule_out_is_never_a_seed(kernel, monkeyp
     ctx.close()
 
 
+@pytest.mark.parametrize("command", [("search_plans", "--strategy", "focused"), ("search_plans", "--strategy", "quick"),
+                                     ("search_plans", "--strategy", "bayes"), ("local_neighborhood_search",),
+                                     ("bounded_exhaustive_search", "--profile", "all")])
+def test_a_failing_program_on_a_space_of_one_configuration_says_why(kernel, command):
+    """Every knob fixed, to check that the program runs: when it does not, ``focused`` and ``checkpoint`` learned a model
+    from no value at all and ended in a traceback."""
+    (kernel / "one.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [{"Name": "bx", "Values": [64]}]}}))
+    (kernel / "broken.py").write_text("import sys\nsys.exit('no device')\n")
+    out = _tuner(kernel, "--objective", "command:broken.py", "--space", "one.t1.json", "--json", *command)
+    assert out.returncode == 1 and "Traceback" not in out.stderr, out.stderr
+    result = json.loads(out.stdout)
+    assert result["failed"] == 1 and result["failure_reasons"] == {"broken.py exited 1: no device": 1} and result["best"] is None
+
+
 def test_a_crashing_programs_failures_are_counted_by_one_line_that_ends_with_its_error(kernel):
     """A Python benchmark that raises prints a traceback: the search's result counts those runs under one line, the
     traceback's first and last (the error), where it showed the traceback's first 100 characters across lines, a

@@ -85,7 +85,7 @@ def learn(space: Space, idx: np.ndarray, values: np.ndarray) -> Learned:
     keep = np.isfinite(values) & (values > 0)
     failures = _failures(space, np.asarray(idx)[-MAX_ROWS:], ~keep[-MAX_ROWS:])
     X, y = np.asarray(idx)[keep][-MAX_ROWS:].astype(np.intp), np.log(np.asarray(values)[keep][-MAX_ROWS:])
-    if len(y) < MIN_ROWS_PER_KNOB * int((space.sizes > 1).sum()) or np.ptp(y) == 0:
+    if len(y) < max(1, MIN_ROWS_PER_KNOB * int((space.sizes > 1).sum())) or np.ptp(y) == 0:     # none (no knob varies), or too few
         return Learned(np.zeros(k), (), failures=failures)
     residual = y - y.mean()
     effects = [np.zeros(int(s)) for s in space.sizes]
