@@ -339,6 +339,69 @@ def test_draws_hold_exactly_what_the_restrictions_allow(problem, seed):
     assert {tuple(row) for row in drawn} == allowed
 
 
+@settings(max_examples=40)
+@given(problem=restricted_space(), records=st.lists(st.none() | st.sampled_from(["InvalidConfig", "RuntimeFailedConfig"])
+                                                    | st.floats(0.5, 10), min_size=1, max_size=60),
+       strategy=st.sampled_from(["quick", "bayes", "checkpoint", "focused", "exhaustive"]), budget=st.integers(1, 12),
+       seed=st.integers(0, 3))
+def test_every_strategy_scores_only_what_the_space_allows_never_twice_and_reports_the_best_it_scored(
+        problem, records, strategy, budget, seed):
+    """A replayed cache over a restricted space (the records cycled over its configurations, some not measured), any
+    strategy: no value for a configuration the restrictions rule out, nothing scored twice on one history (a second,
+    longer run resumes), the budget kept, the best the lowest value scored with the time the cache recorded, and the same
+    seed the same search."""
+    import gzip
+    from itertools import cycle, product
+
+    from tuner.history import History
+    from tuner.search import Search, Spec
+    from tuner.space import WHOLE_SPACE, load_profile
+    from tuner.strategies import STRATEGIES
+
+    knobs = {p["Name"]: p["Values"] for p in problem["ConfigurationSpace"]["TuningParameters"]}
+    recorded = {combo: time for combo, time in zip(product(*knobs.values()), cycle(records)) if time is not None}
+    folder = Path(tempfile.mkdtemp(prefix="conformance-"))
+    (folder / "space.t1.json").write_text(json.dumps(problem))
+    (folder / "cache.json.gz").write_bytes(gzip.compress(json.dumps({
+        "tune_params_keys": list(knobs), "tune_params": knobs,
+        "cache": {",".join(map(str, c)): dict(zip(knobs, c, strict=True), time=t) for c, t in recorded.items()}}).encode()))
+    try:
+        objective = CacheObjective(folder / "cache.json.gz", folder / "space.t1.json")
+    except SpaceError as exc:                                   # refused only where no time is of an allowed configuration
+        assert "holds no successful measurement" in str(exc)
+        shutil.rmtree(folder)
+        return
+    space = objective.space
+    every = load_profile(WHOLE_SPACE, space).plans(0, space.size)
+    values = objective.evaluate(every).cycles
+    assert not (np.isfinite(values) & ~space.allowed(every)).any()
+    scored: list[bytes] = []
+    evaluate = objective.evaluate
+    objective.evaluate = lambda idx, mode="time": (scored.extend(row.tobytes() for row in np.asarray(idx, np.int16)),
+                                                   evaluate(idx, mode))[1]
+    start = tuple(int(v) for v in space.default()) if strategy in ("checkpoint", "focused") else None
+    spec = Spec(strategy=strategy, mode="time", max_evals=budget, seed=seed, start=start,
+                profile=load_profile(WHOLE_SPACE, space) if strategy == "exhaustive" else None)
+    runs = []
+    for name, run_spec in (("first", spec), ("again", spec), ("first", Spec(**{**spec.__dict__, "max_evals": 2 * budget}))):
+        scored.clear()
+        history = History(f"sqlite:///{folder / name}.db")
+        search = Search(history, objective, run_spec)
+        outcome = STRATEGIES[strategy](search)
+        history.close()
+        runs.append((list(search.seen.items()), [search.cache[h].idx for h in search.seen], outcome, list(scored)))
+    (seen, idx, outcome, first), (again, *_), (_, _, resumed, more) = runs
+    assert seen == again and len(set(first + more)) == len(first + more)         # one seed, one search; nothing twice
+    rows = np.array(idx, dtype=np.int16).reshape(-1, len(space.knobs))
+    assert space.allowed(rows).all() and outcome.new_evaluations <= budget and resumed.evaluations <= 2 * budget
+    assert len(seen) == outcome.new_evaluations or strategy == "exhaustive"     # a sweep keeps its batches' best
+    finite = [v for _, v in seen if math.isfinite(v)]
+    assert (outcome.best is None) == (not finite)
+    if finite:
+        assert outcome.best.value == min(finite) == recorded[tuple(space.decode(outcome.best.idx).values())]
+    shutil.rmtree(folder)
+
+
 T4_MARKERS = {"InvalidConfig": "constraints", "CompilationFailedConfig": "compile", "RuntimeFailedConfig": "runtime"}
 KNOB_VALUE = st.integers(-3, 300) | st.floats(0.5, 64) | st.text("xyz", min_size=1, max_size=3) | st.booleans()
 
