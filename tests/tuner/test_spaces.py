@@ -18,7 +18,7 @@ from conftest import ROOT, toy_cache
 
 from tuner import search as search_module
 from tuner import service
-from tuner.history import History
+from tuner.history import History, Row
 from tuner.objectives.base import RULED_OUT
 from tuner.objectives.cache import NOT_MEASURED, CacheObjective, t4_result
 from tuner.plan import SPACE
@@ -500,6 +500,11 @@ def test_a_measurement_the_space_file_rules_out_has_no_value_and_is_never_the_be
     toy_cache(tmp_path, {(bx, t): bx / 32 + t for bx in (32, 64, 128) for t in (1, 2)})     # (32, 1) is the fastest: 2 ms
     (tmp_path / "no32.t1.json").write_text(json.dumps(t1([{"Name": "bx", "Values": [32, 64, 128], "Default": 32},
                                                            {"Name": "tile", "Values": [1, 2]}], ["bx > 32"])))
+    objective = CacheObjective(tmp_path / "toy.json.gz", tmp_path / "no32.t1.json")
+    default = objective.space.encode({"bx": 32, "tile": 1})
+    older = History(f"sqlite:///{tmp_path / 'studies' / 'history.db'}")      # what an older version kept: the default's time
+    older.write(objective.name.removesuffix(":allowed"), "time", [Row(objective.space.hash_idx(default), 2.0, True, None, default)])
+    older.close()
     given = ("--objective", "cache:toy.json.gz", "--space", "no32.t1.json", "--json")
     out = _cli(*given, "run", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
