@@ -114,7 +114,6 @@ class Objective(Protocol):
         ...
 
 
-
 def runs_program(objective: Objective) -> bool:
     """Whether ``objective`` runs a program per measurement (it has a ``timeout_s``): its runs are dear, one by one, and
     may fail for the machine's sake, where the model's and a cache's values never change."""

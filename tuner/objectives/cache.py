@@ -201,8 +201,9 @@ class CacheObjective:
                                 f" of a configuration in {where}: {outside}" if outside else "")
                              + (f" (its records: {', '.join(f'{why} {count:,}' for why, count in held)})" if held else ""))
         digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
-        self.name = f"cache:{digest}:{space.fingerprint}" + (":allowed" if ruled_out else "")   # a new scorer: before, the
-        # records the restrictions rule out had their times, and a history keeps what an objective of its name scored
+        # where records are ruled out, a new scorer: an older version gave them their times, and a history keeps what
+        # an objective of its name scored
+        self.name = f"cache:{digest}:{space.fingerprint}" + (":allowed" if ruled_out else "")
         self.optimum: float | None = min(self._time.values(), default=None)    # the best recorded time (ms) the space allows
         self.measures = None                               # replaying is free: nothing to carry over
 
