@@ -373,8 +373,8 @@ def test_every_strategy_scores_only_what_the_space_allows_never_twice_and_report
         assert "holds no successful measurement" in str(exc) and not space.allowed(timed).any()
         shutil.rmtree(folder)
         return
-    space = objective.space
-    every = load_profile(WHOLE_SPACE, space).plans(0, space.size)
+    space, profile = objective.space, load_profile(WHOLE_SPACE, objective.space)
+    every = profile.plans(0, space.size)
     values = objective.evaluate(every).cycles
     assert not (np.isfinite(values) & ~space.allowed(every)).any()
     scored: list[bytes] = []
@@ -383,7 +383,7 @@ def test_every_strategy_scores_only_what_the_space_allows_never_twice_and_report
                                                    evaluate(idx, mode))[1]
     start = tuple(int(v) for v in space.default()) if strategy in ("checkpoint", "focused") else None
     spec = Spec(strategy=strategy, mode="time", max_evals=budget, seed=seed, start=start,
-                profile=load_profile(WHOLE_SPACE, space) if strategy == "exhaustive" else None)
+                profile=profile if strategy == "exhaustive" else None)
     runs = []
     for name, run_spec in (("first", spec), ("again", spec), ("first", Spec(**{**spec.__dict__, "max_evals": 2 * budget}))):
         scored.clear()
