@@ -202,6 +202,11 @@ class Row:
     reason: str | None = None               # why a row scored by this process has no value (kept in tuner_reasons)
 
 
+def _failed(evaluation: dict[str, Any]) -> bool:
+    """Whether a stored evaluation has no value that counts (none at all, or one that failed the problem's check)."""
+    return evaluation["best_cycles"] is None or not evaluation["correct"]
+
+
 def rows_of(result: Evaluations, hashes: list[str], idx: np.ndarray) -> list[Row]:
     """Cache rows of an objective's results (aligned with ``hashes`` and ``idx``)."""
     timed_out = result.timed_out or [None] * len(hashes)
@@ -681,46 +686,69 @@ class History:
         spaces (the same program and knob names; values added, removed or reordered, other restrictions), copy their
         evaluations of the configurations its space holds and allows into its own, so that none is measured again; the number
         copied. Each objective's space is recorded for that, once (a space used only by older versions was not)."""
-        measures = objective.measures
-        if measures is None or self.read_only:
+        if objective.measures is None or self.read_only:
             return 0
-        space = objective.space
         with self.begin() as connection:
-            known = dict(connection.execute(select(SPACES.c.objective, SPACES.c.knobs).where(SPACES.c.measures == measures)
-                                            .order_by(SPACES.c.objective)).all())
-            if objective.name in known:
+            carried = self._carried_over(connection, objective)
+            if carried is None:
                 return 0
-            evaluations: dict[tuple[str, str], dict[str, Any]] = {}       # (mode, plan hash): the first space's that has it
-            carried: dict[Table, dict[tuple[str, str], dict[str, Any]]] = {TIMEOUTS: {}, REASONS: {}}    # and what it keeps
-            for other, knobs in known.items():
-                names, choices = zip(*json.loads(knobs), strict=True)
-                held = []                                   # the other space's records of this one's configurations
-                for record in connection.execute(select(EVALUATIONS).where(EVALUATIONS.c.objective == other)):
-                    config = {name: values[i] for name, values, i in zip(names, choices, json.loads(record.plan), strict=True)}
-                    try:
-                        held.append((record, space.encode(config)))
-                    except (KeyError, ValueError):          # a value this space no longer holds
-                        continue
-                allowed = space.allowed(np.stack([idx for _, idx in held])) if held else []
-                moved: dict[str, str] = {}                  # the other space's plan hash -> this one's
-                for record, idx in compress(held, allowed):     # those this space's restrictions rule out are not its own
-                    moved[record.plan_hash] = h = space.hash_idx(idx)
-                    evaluations.setdefault((record.mode, h), {
-                        "objective": objective.name, "mode": record.mode, "plan_hash": h, "best_cycles": record.best_cycles,
-                        "correct": record.correct, "max_abs": record.max_abs, "plan": json.dumps([int(i) for i in idx])})
-                for table, kept in carried.items():
-                    for r in connection.execute(select(table).where(table.c.objective == other)):
-                        if r.plan_hash in moved:
-                            kept.setdefault((r.mode, moved[r.plan_hash]), r._asdict() | {"objective": objective.name,
-                                                                                          "plan_hash": moved[r.plan_hash]})
             dialect_insert = sqlite_insert if self.sqlite else postgresql_insert
-            for table, values in ((EVALUATIONS, evaluations), *carried.items()):
-                if values:
-                    connection.execute(dialect_insert(table).on_conflict_do_nothing(), list(values.values()))
-            knobs = json.dumps([[knob.name, list(knob.choices)] for knob in space.knobs])
+            for table, rows in carried.items():
+                if rows:
+                    connection.execute(dialect_insert(table).on_conflict_do_nothing(), rows)
+            knobs = json.dumps([[knob.name, list(knob.choices)] for knob in objective.space.knobs])
             connection.execute(dialect_insert(SPACES).on_conflict_do_nothing(),
-                               [{"objective": objective.name, "measures": measures, "knobs": knobs}])
-        return len(evaluations)
+                               [{"objective": objective.name, "measures": objective.measures, "knobs": knobs}])
+        return len(carried[EVALUATIONS])
+
+    @outlasting_outages
+    def failures_to_adopt(self, objective: Objective, mode: str) -> dict[str, str | None]:
+        """The failed evaluations in ``mode`` that :meth:`adopt` would copy to ``objective`` (plan hash: why it failed),
+        read without writing."""
+        if objective.measures is None or SPACES.name not in self._tables:
+            return {}
+        with self.connect() as connection:
+            carried = self._carried_over(connection, objective) or {EVALUATIONS: [], REASONS: []}
+        reasons = {r["plan_hash"]: r["reason"] for r in carried[REASONS] if r["mode"] == mode}
+        return {r["plan_hash"]: reasons.get(r["plan_hash"]) for r in carried[EVALUATIONS] if r["mode"] == mode and _failed(r)}
+
+    @staticmethod
+    def _carried_over(connection: Connection, objective: Objective) -> dict[Table, list[dict[str, Any]]] | None:
+        """What :meth:`adopt` copies to ``objective``, by table (``None`` where the history has seen it): of each
+        configuration the other spaces measured, one evaluation (the first space's, by name, that has a value; else the
+        first's failure) with the timeout and reason kept with it."""
+        space = objective.space
+        known = dict(connection.execute(select(SPACES.c.objective, SPACES.c.knobs).where(SPACES.c.measures == objective.measures)
+                                        .order_by(SPACES.c.objective)).all())
+        if objective.name in known:
+            return None
+        evaluations: dict[tuple[str, str], dict[str, Any]] = {}       # (mode, plan hash): the evaluation copied
+        source: dict[tuple[str, str], tuple[str, str]] = {}           # (mode, plan hash): the other space and its plan hash
+        for other, knobs in known.items():
+            names, choices = zip(*json.loads(knobs), strict=True)
+            held = []                                   # the other space's records of this one's configurations
+            for record in connection.execute(select(EVALUATIONS).where(EVALUATIONS.c.objective == other)):
+                config = {name: values[i] for name, values, i in zip(names, choices, json.loads(record.plan), strict=True)}
+                try:
+                    held.append((record, space.encode(config)))
+                except (KeyError, ValueError):          # a value this space no longer holds
+                    continue
+            allowed = space.allowed(np.stack([idx for _, idx in held])) if held else []
+            for record, idx in compress(held, allowed):     # those this space's restrictions rule out are not its own
+                key = (record.mode, space.hash_idx(idx))
+                if key in evaluations and not (_failed(evaluations[key]) and not _failed(record._asdict())):
+                    continue                            # a value measured since (another space's) beats a failure
+                evaluations[key] = {"objective": objective.name, "mode": record.mode, "plan_hash": key[1],
+                                    "best_cycles": record.best_cycles, "correct": record.correct, "max_abs": record.max_abs,
+                                    "plan": json.dumps([int(i) for i in idx])}
+                source[key] = (other, record.plan_hash)
+        origin = {(other, mode, h): (mode, plan_hash) for (mode, plan_hash), (other, h) in source.items()}
+        carried: dict[Table, list[dict[str, Any]]] = {EVALUATIONS: list(evaluations.values())}
+        for table in (TIMEOUTS, REASONS):               # what is kept with each evaluation copied, from where it was copied
+            rows = connection.execute(select(table).where(table.c.objective.in_(list(known)))) if known else []
+            carried[table] = [r._asdict() | {"objective": objective.name, "plan_hash": key[1]} for r in rows
+                              if (key := origin.get((r.objective, r.mode, r.plan_hash))) is not None]
+        return carried
 
     # --- studies ----------------------------------------------------------------------------
 

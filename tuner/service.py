@@ -520,13 +520,15 @@ def remeasure_failures(ctx: Context, reason: str | None = None, max_evals: int |
     name, mode = ctx.objective.name, ctx.objective.modes[0]
     with closing(History(ctx.history_url, read_only=True, log=ctx.log, outage_s=ctx.outage_s)) as history:   # a refusal writes nothing
         failures = {h: why for h, (value, why) in history.failures(name, mode)[1].items() if value is None}
+        failures |= {h: why for h, why in history.failures_to_adopt(ctx.objective, mode).items() if h not in failures}
         failed = {h for h, why in failures.items() if reason is None or reason in (why or "")}
         if not failed:
             which = f"failed run of {name}" + (f" whose reason holds {quoted(reason)}" if reason is not None else "")
             said = _studies_elsewhere(ctx, history)
             if failures:                                # the reasons there are, for the text to give
                 held = Counter(reason_group(why) if why is not None else "no reason kept" for why in failures.values())
-                said = f"; its {counted(len(failures), 'failed run')} say: " + ", ".join(f"{why} ({n})" for why, n in held.most_common(3))
+                said = (f"; its {counted(len(failures), 'failed run')} {'says' if len(failures) == 1 else 'say'}: "
+                        + ", ".join(f"{why} ({n})" for why, n in held.most_common(3)))
             raise ServiceError(f"the history holds no {which}: nothing to measure again{said}")
     if ctx.checking:
         return {}

@@ -9,6 +9,7 @@ import sqlite3
 import subprocess
 import sys
 import time
+from types import SimpleNamespace
 
 import numpy as np
 import optuna
@@ -52,6 +53,30 @@ def test_a_knob_whose_values_python_finds_equal_is_stored_as_each_value(tmp_path
     trials = optuna.load_study(study_name="mixed", storage=history.storage).get_trials()
     shown = [(t.params["mode"], type(t.params["mode"]), t.params["bx"]) for t in trials]
     assert shown == [(v, type(v), b) for v in ("a", 1, True, 1.0, 0, False) for b in (16, 32)]
+    history.close()
+
+
+def test_a_space_takes_over_the_value_another_space_measured_after_a_failure(tmp_path):
+    """Three spaces of one program: the first's run of k=2 failed, the second took that failure over and measured it
+    again. A third took over the first space's evaluation (its name sorts first), the failure with its reason, so
+    every search on it held k=2 as failed, and ``remeasure_failures`` on a new space found nothing to measure."""
+    def objective(name: str, top: int) -> SimpleNamespace:
+        return SimpleNamespace(name=name, measures="command:bench", space=space_from_tune_params({"k": list(range(1, top + 1))}))
+
+    first, second, third = objective("command:a", 3), objective("command:b", 4), objective("command:c", 5)
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    k2 = first.space.encode({"k": 2})
+    assert history.adopt(first) == 0
+    history.write(first.name, "time", [Row(first.space.hash_idx(k2), None, False, None, k2, reason="CUDA error"),
+                                       Row(first.space.hash_idx(k2 + 1), 7.0, True, None, k2 + 1)])
+    h = second.space.hash_idx(k2)
+    assert history.failures_to_adopt(second, "time") == {h: "CUDA error"}           # read, nothing written
+    assert history.adopt(second) == 2 and history.failures(second.name, "time")[1] == {h: (None, "CUDA error")}
+    assert history.failures_to_adopt(second, "time") == {} and history.adopt(second) == 0       # once
+    history.write(second.name, "time", [Row(h, 8.0, True, None, k2)], replaced=[h])      # measured again, as remeasure does
+    assert history.failures_to_adopt(third, "time") == {}
+    assert history.adopt(third) == 2 and history.failures(third.name, "time") == (2, {})
+    assert history.cached(third.name, "time", [h])[h].cycles == 8.0 and history.reasons(third.name, "time") == {}
     history.close()
 
 

@@ -710,6 +710,36 @@ def test_measuring_failures_again_by_reason_leaves_a_run_killed_at_a_shorter_tim
     assert log.read_text().split() == ["32", "64", "96", "128", "32"]
 
 
+def test_failures_measured_under_an_earlier_space_are_measured_again_under_an_edited_one(kernel, tmp_path):
+    """The first command on an edited space takes over what the program measured under the earlier one, failures
+    included; ``remeasure_failures`` read the history before that and said it held no failed run, while a search
+    on the new space took the failure over and never ran it again."""
+    log, broken = tmp_path / "runs.log", tmp_path / "broken"
+    (kernel / "bench.py").write_text(
+        f"import json, os, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(f\"{{c['bx']}}\\n\")\n"
+        f"if c['bx'] == 32 and os.path.exists({str(broken)!r}):\n    print('no device', file=sys.stderr); sys.exit(1)\n"
+        "print(c['bx'] / 32)\n")
+
+    def space(top: int) -> tuple[str, ...]:
+        (kernel / f"to{top}.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [
+            {"Name": "bx", "Values": f"[32 * i for i in range(1, {top + 1})]"}]}}))
+        return "--objective", "command:bench.py", "--space", f"to{top}.t1.json", "--json"
+
+    broken.touch()
+    out = _tuner(kernel, *space(3), "bounded_exhaustive_search", "--profile", "all")
+    assert out.returncode == 0 and json.loads(out.stdout)["failed"] == 1, out.stderr
+    broken.unlink()
+    out = _tuner(kernel, *space(4), "remeasure_failures", "--reason", "CUDA")          # refused: nothing taken over yet
+    assert out.returncode == 2 and out.stderr.endswith("its 1 failed run says: bench.py exited 1: no device (1)\n"), out.stderr
+    out = _tuner(kernel, *space(4), "remeasure_failures", "--reason", "no device")
+    assert out.returncode == 0 and "the history holds 3 measurements of this program under another space" in out.stderr, out.stderr
+    result = json.loads(out.stdout)
+    assert (result["new_evaluations"], result["failed"], result["best"]["plan"]) == (1, 0, {"bx": 32}), result
+    out = _tuner(kernel, *space(5), "bounded_exhaustive_search", "--profile", "all")
+    assert out.returncode == 0 and json.loads(out.stdout)["best"] == result["best"], out.stdout
+    assert log.read_text().split() == ["32", "64", "96", "32", "128", "160"]         # 32 again, and once
+
+
 def test_a_cancel_ends_a_batch_of_program_runs_between_two_runs(kernel, tmp_path):
     """A program's configurations are claimed and scored one at a time, so a cancel (or the time budget) ends even a batch
     of a hundred, such as a local search's pair phase, after the run in progress; the study counts only what ran (it
