@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import compress
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -484,6 +485,7 @@ class History:
     def __init__(self, url: str, read_only: bool = False, log: Callable[[str], None] | None = None,
                  outage_s: float | None = None) -> None:
         self.url, self.read_only, self.log = url, read_only, log
+        self._taken: dict[str, dict[Table, list[dict[str, Any]]]] = {}     # a read-only history's adopt, by objective
         self.outage_s = OUTAGE_S if outage_s is None else outage_s
         parsed_url(url)
         self.sqlite = url.startswith("sqlite")
@@ -610,6 +612,7 @@ class History:
     @outlasting_outages
     def cached(self, objective: str, mode: str, hashes: Iterable[str] | None = None) -> dict[str, Row]:
         """Cached evaluations of ``objective`` in ``mode`` (all, or those of ``hashes``)."""
+        hashes = None if hashes is None else set(hashes)
         query = select(EVALUATIONS).where(EVALUATIONS.c.objective == objective, EVALUATIONS.c.mode == mode)
         if hashes is None:
             queries = [query]
@@ -619,14 +622,16 @@ class History:
         with self.connect() as connection:
             for q in queries:
                 rows |= {r.plan_hash: _row(r) for r in connection.execute(q)}
-        return rows
+        held = self._held(EVALUATIONS, objective, mode)
+        return {h: _row(SimpleNamespace(**r)) for h, r in held.items() if hashes is None or h in hashes} | rows
 
     @outlasting_outages
     def timed_out(self, objective: str, mode: str) -> dict[str, float]:
         """The failed evaluations of ``objective`` in ``mode`` that were runs killed at a time limit: plan hash -> limit (s)."""
         query = select(TIMEOUTS.c.plan_hash, TIMEOUTS.c.limit_s).where(TIMEOUTS.c.objective == objective, TIMEOUTS.c.mode == mode)
         with self.connect() as connection:
-            return {r.plan_hash: r.limit_s for r in connection.execute(query)}
+            return {h: r["limit_s"] for h, r in self._held(TIMEOUTS, objective, mode).items()} | {
+                r.plan_hash: r.limit_s for r in connection.execute(query)}
 
     def stale(self, objective: Objective, mode: str, rows: dict[str, Row]) -> set[str]:
         """The failures among ``rows`` that were runs killed at a shorter time limit than ``objective``'s: they say
@@ -644,7 +649,9 @@ class History:
                                            EVALUATIONS.c.correct == 1, EVALUATIONS.c.best_cycles.is_not(None))
                  .order_by(EVALUATIONS.c.best_cycles, EVALUATIONS.c.plan_hash).limit(limit))
         with self.connect() as connection:
-            return [_row(r) for r in connection.execute(query)]
+            rows = [_row(r) for r in connection.execute(query)]
+        held = [_row(SimpleNamespace(**r)) for r in self._held(EVALUATIONS, objective, mode).values() if not _failed(r)]
+        return sorted(rows + held, key=lambda r: (r.cycles, r.plan_hash))[:limit] if held else rows
 
     @outlasting_outages
     def sample(self, objective: str, mode: str, limit: int) -> list[Row]:
@@ -685,9 +692,15 @@ class History:
         """Where ``objective`` is seen for the first time and measures what others of the history measured under other
         spaces (the same program and knob names; values added, removed or reordered, other restrictions), copy their
         evaluations of the configurations its space holds and allows into its own, so that none is measured again; the number
-        copied. Each objective's space is recorded for that, once (a space used only by older versions was not)."""
-        if objective.measures is None or self.read_only:
+        copied. Each objective's space is recorded for that, once (a space used only by older versions was not). A
+        read-only history writes nothing: it holds the copies in memory, where its reads of ``objective`` find them."""
+        if objective.measures is None or (self.read_only and SPACES.name not in self._tables):
             return 0
+        if self.read_only:
+            with self.connect() as connection:
+                carried = self._carried_over(connection, objective)
+            self._taken[objective.name] = carried or {}
+            return len(carried[EVALUATIONS]) if carried else 0
         with self.begin() as connection:
             carried = self._carried_over(connection, objective)
             if carried is None:
@@ -701,16 +714,10 @@ class History:
                                [{"objective": objective.name, "measures": objective.measures, "knobs": knobs}])
         return len(carried[EVALUATIONS])
 
-    @outlasting_outages
-    def failures_to_adopt(self, objective: Objective, mode: str) -> dict[str, str | None]:
-        """The failed evaluations in ``mode`` that :meth:`adopt` would copy to ``objective`` (plan hash: why it failed),
-        read without writing."""
-        if objective.measures is None or SPACES.name not in self._tables:
-            return {}
-        with self.connect() as connection:
-            carried = self._carried_over(connection, objective) or {EVALUATIONS: [], REASONS: []}
-        reasons = {r["plan_hash"]: r["reason"] for r in carried[REASONS] if r["mode"] == mode}
-        return {r["plan_hash"]: reasons.get(r["plan_hash"]) for r in carried[EVALUATIONS] if r["mode"] == mode and _failed(r)}
+    def _held(self, table: Table, objective: str, mode: str) -> dict[str, dict[str, Any]]:
+        """What this read-only history took over for ``objective`` in memory (:meth:`adopt`): its rows of ``table`` in
+        ``mode``, by plan hash."""
+        return {r["plan_hash"]: r for r in self._taken.get(objective, {}).get(table, ()) if r["mode"] == mode}
 
     @staticmethod
     def _carried_over(connection: Connection, objective: Objective) -> dict[Table, list[dict[str, Any]]] | None:
@@ -722,6 +729,8 @@ class History:
                                         .order_by(SPACES.c.objective)).all())
         if objective.name in known:
             return None
+        own = {(mode, h) for mode, h in connection.execute(        # what an older version scored for it stays its own
+            select(EVALUATIONS.c.mode, EVALUATIONS.c.plan_hash).where(EVALUATIONS.c.objective == objective.name))}
         evaluations: dict[tuple[str, str], dict[str, Any]] = {}       # (mode, plan hash): the evaluation copied
         source: dict[tuple[str, str], tuple[str, str]] = {}           # (mode, plan hash): the other space and its plan hash
         for other, knobs in known.items():
@@ -736,8 +745,9 @@ class History:
             allowed = space.allowed(np.stack([idx for _, idx in held])) if held else []
             for record, idx in compress(held, allowed):     # those this space's restrictions rule out are not its own
                 key = (record.mode, space.hash_idx(idx))
-                if key in evaluations and not (_failed(evaluations[key]) and not _failed(record._asdict())):
-                    continue                            # a value measured since (another space's) beats a failure
+                takes = key not in evaluations or (_failed(evaluations[key]) and not _failed(record._asdict()))
+                if key in own or not takes:             # a value measured since (another space's) beats a failure
+                    continue
                 evaluations[key] = {"objective": objective.name, "mode": record.mode, "plan_hash": key[1],
                                     "best_cycles": record.best_cycles, "correct": record.correct, "max_abs": record.max_abs,
                                     "plan": json.dumps([int(i) for i in idx])}
@@ -800,6 +810,9 @@ class History:
         with self.connect() as connection:
             scored = connection.execute(select(func.count()).select_from(EVALUATIONS).where(of)).scalar_one()
             failed = dict(connection.execute(select(EVALUATIONS.c.plan_hash, EVALUATIONS.c.best_cycles).where(of, failing)).all())
+        held = self._held(EVALUATIONS, objective, mode)
+        scored += len(held)
+        failed |= {h: r["best_cycles"] for h, r in held.items() if _failed(r)}
         reasons = self.reasons(objective, mode) if failed else {}
         if any(value is None and h not in reasons for h, value in failed.items()):
             reasons = self._kept(objective, "reason") | reasons
@@ -809,12 +822,14 @@ class History:
     def reasons(self, objective: str, mode: str, hashes: Iterable[str] | None = None) -> dict[str, str]:
         """Why the failed evaluations of ``objective`` in ``mode`` failed (those of ``hashes``, or all), by plan hash, as
         the history keeps it (not for those an older version scored)."""
+        hashes = None if hashes is None else set(hashes)
+        held = {h: r["reason"] for h, r in self._held(REASONS, objective, mode).items() if hashes is None or h in hashes}
         if REASONS.name not in self._tables:
-            return {}
+            return held
         query = select(REASONS.c.plan_hash, REASONS.c.reason).where(REASONS.c.objective == objective, REASONS.c.mode == mode)
         queries = [query] if hashes is None else [query.where(c) for c in in_chunks(REASONS.c.plan_hash, sorted(set(hashes)))]
         with self.connect() as connection:
-            return {h: why for q in queries for h, why in connection.execute(q)}
+            return held | {h: why for q in queries for h, why in connection.execute(q)}
 
     @functools.cached_property
     def _tables(self) -> set[str]:

@@ -142,7 +142,7 @@ class Context:
     @cached_property
     def history(self) -> History:
         history = History(self.history_url, read_only=not self.writes_history, log=self.log, outage_s=self.outage_s)
-        if self.writes_history and (adopted := history.adopt(self.objective)):
+        if adopted := history.adopt(self.objective):
             _log(self, f"the history holds {counted(adopted, 'measurement')} of this program under another space of the same "
                        "knobs: they are this space's too, and none is measured again")
         return history
@@ -519,8 +519,8 @@ def remeasure_failures(ctx: Context, reason: str | None = None, max_evals: int |
     _positive("time_s", time_s)
     name, mode = ctx.objective.name, ctx.objective.modes[0]
     with closing(History(ctx.history_url, read_only=True, log=ctx.log, outage_s=ctx.outage_s)) as history:   # a refusal writes nothing
+        history.adopt(ctx.objective)                    # an edited space's failures under the earlier one, in memory
         failures = {h: why for h, (value, why) in history.failures(name, mode)[1].items() if value is None}
-        failures |= {h: why for h, why in history.failures_to_adopt(ctx.objective, mode).items() if h not in failures}
         failed = {h for h, why in failures.items() if reason is None or reason in (why or "")}
         if not failed:
             which = f"failed run of {name}" + (f" whose reason holds {quoted(reason)}" if reason is not None else "")

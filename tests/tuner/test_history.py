@@ -59,7 +59,8 @@ def test_a_knob_whose_values_python_finds_equal_is_stored_as_each_value(tmp_path
 def test_a_space_takes_over_the_value_another_space_measured_after_a_failure(tmp_path):
     """Three spaces of one program: the first's run of k=2 failed, the second took that failure over and measured it
     again. A third took over the first space's evaluation (its name sorts first), the failure with its reason, so
-    every search on it held k=2 as failed, and ``remeasure_failures`` on a new space found nothing to measure."""
+    every search on it held k=2 as failed. A read-only history (compare_history's, remeasure_failures' check) took
+    nothing over, so it read no measurement on a space that no search had used yet."""
     def objective(name: str, top: int) -> SimpleNamespace:
         return SimpleNamespace(name=name, measures="command:bench", space=space_from_tune_params({"k": list(range(1, top + 1))}))
 
@@ -70,11 +71,14 @@ def test_a_space_takes_over_the_value_another_space_measured_after_a_failure(tmp
     history.write(first.name, "time", [Row(first.space.hash_idx(k2), None, False, None, k2, reason="CUDA error"),
                                        Row(first.space.hash_idx(k2 + 1), 7.0, True, None, k2 + 1)])
     h = second.space.hash_idx(k2)
-    assert history.failures_to_adopt(second, "time") == {h: "CUDA error"}           # read, nothing written
+    reader = History(f"sqlite:///{tmp_path / 'h.db'}", read_only=True)             # reads what it would take over
+    assert reader.adopt(second) == 2 and reader.failures(second.name, "time")[1] == {h: (None, "CUDA error")}
+    assert reader.best_cached(second.name, "time", 5)[0].cycles == 7.0 and reader.reasons(second.name, "time", [h]) == {h: "CUDA error"}
+    reader.close()
+    assert history.failures(second.name, "time") == (0, {})                        # and writes nothing
     assert history.adopt(second) == 2 and history.failures(second.name, "time")[1] == {h: (None, "CUDA error")}
-    assert history.failures_to_adopt(second, "time") == {} and history.adopt(second) == 0       # once
+    assert history.adopt(second) == 0                                               # once
     history.write(second.name, "time", [Row(h, 8.0, True, None, k2)], replaced=[h])      # measured again, as remeasure does
-    assert history.failures_to_adopt(third, "time") == {}
     assert history.adopt(third) == 2 and history.failures(third.name, "time") == (2, {})
     assert history.cached(third.name, "time", [h])[h].cycles == 8.0 and history.reasons(third.name, "time") == {}
     history.close()

@@ -712,8 +712,9 @@ def test_measuring_failures_again_by_reason_leaves_a_run_killed_at_a_shorter_tim
 
 def test_failures_measured_under_an_earlier_space_are_measured_again_under_an_edited_one(kernel, tmp_path):
     """The first command on an edited space takes over what the program measured under the earlier one, failures
-    included; ``remeasure_failures`` read the history before that and said it held no failed run, while a search
-    on the new space took the failure over and never ran it again."""
+    included. The commands that write no history took nothing over: ``remeasure_failures`` said it held no failed
+    run (while a search on the new space took the failure over and never ran it again), ``compare_history`` ran the
+    default again and ``resume_search_history`` listed no seed."""
     log, broken = tmp_path / "runs.log", tmp_path / "broken"
     (kernel / "bench.py").write_text(
         f"import json, os, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(f\"{{c['bx']}}\\n\")\n"
@@ -729,6 +730,10 @@ def test_failures_measured_under_an_earlier_space_are_measured_again_under_an_ed
     out = _tuner(kernel, *space(3), "bounded_exhaustive_search", "--profile", "all")
     assert out.returncode == 0 and json.loads(out.stdout)["failed"] == 1, out.stderr
     broken.unlink()
+    out = _tuner(kernel, *space(4), "compare_history")       # reads what it would take over: the default failed, not run
+    assert out.returncode == 0 and json.loads(out.stdout)["rows"][0]["time"] is None and len(log.read_text().split()) == 3
+    seeds = json.loads(_tuner(kernel, *space(4), "resume_search_history").stdout)["seeds"]
+    assert [(seed["plan"], seed["time"]) for seed in seeds] == [({"bx": 64}, 2), ({"bx": 96}, 3)]
     out = _tuner(kernel, *space(4), "remeasure_failures", "--reason", "CUDA")          # refused: nothing taken over yet
     assert out.returncode == 2 and out.stderr.endswith("its 1 failed run says: bench.py exited 1: no device (1)\n"), out.stderr
     out = _tuner(kernel, *space(4), "remeasure_failures", "--reason", "no device")
