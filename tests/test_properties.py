@@ -317,10 +317,11 @@ RESTRICTIONS = st.sampled_from(["{a} * {b} <= {k}", "{a} + {b} == {k}", "{a} % {
 
 
 @st.composite
-def restricted_space(draw: st.DrawFn) -> dict[str, Any]:
-    """A T1 problem of 2 to 4 integer knobs and 0 to 3 restrictions over them, possibly allowing nothing."""
-    names = ["a", "b", "c", "d"][:draw(st.integers(2, 4))]
-    params = [{"Name": n, "Values": sorted(draw(st.sets(st.integers(1, 12), min_size=1, max_size=6)))} for n in names]
+def restricted_space(draw: st.DrawFn, knobs: int | None = None, top: int = 12) -> dict[str, Any]:
+    """A T1 problem of 2 to 4 integer knobs (``a``, ``b``...; ``knobs`` of them where given) of values from 1 to ``top``
+    and 0 to 3 restrictions over them, possibly allowing nothing."""
+    names = ["a", "b", "c", "d"][:knobs or draw(st.integers(2, 4))]
+    params = [{"Name": n, "Values": sorted(draw(st.sets(st.integers(1, top), min_size=1, max_size=6)))} for n in names]
     conditions = [draw(RESTRICTIONS).format(a=draw(st.sampled_from(names)), b=draw(st.sampled_from(names)), k=draw(st.integers(1, 30)))
                   for _ in range(draw(st.integers(0, 3)))]
     return {"ConfigurationSpace": {"TuningParameters": params, "Conditions": [{"Expression": c} for c in conditions]}}
@@ -454,44 +455,60 @@ def test_every_evaluation_of_a_study_exported_as_t4_replays_as_it_was_recorded(d
 
 # --- a program's measurements under an edited space ------------------------------------------------------------
 
-KNOB_LISTS = st.lists(st.integers(1, 9), min_size=1, max_size=5, unique=True)
-
-
-@settings(max_examples=60)
-@given(before=st.tuples(KNOB_LISTS, KNOB_LISTS), after=st.tuples(KNOB_LISTS, KNOB_LISTS), limit=st.none() | st.integers(2, 18),
-       data=st.data())
-def test_an_edited_space_holds_every_measurement_of_its_configurations_and_no_other(before, after, limit, data):
-    """Whatever values two spaces of the same knobs list, in whatever order, and whatever restriction the second adds,
-    the second holds after adopting exactly the first's measurements of the configurations they share that it allows,
-    each with its value, at its own index vector."""
+@settings(max_examples=40, deadline=None)
+@given(spaces=st.integers(2, 3).flatmap(lambda knobs: st.lists(restricted_space(knobs, top=3), min_size=2, max_size=4)),
+       rng=st.randoms(use_true_random=False))
+def test_an_edited_space_holds_every_allowed_measurement_of_the_earlier_ones_and_a_time_over_a_failure(spaces, rng):
+    """One program measured under a sequence of edited spaces (the same knob names; their values, order and
+    restrictions redrawn), each measuring some of its configurations, some failing for a passing reason that a later
+    ``remeasure_failures`` in that space mends: each space holds, at its own index vectors, every measurement of the
+    configurations it allows that an earlier space made, a time wherever one of them has it, each failure with its
+    reason, nothing else; and a read-only history reads exactly what a writing one takes over."""
     from tuner.history import History, Row
     from tuner.objectives.command import ProgramObjective
     from tuner.space import space_from_t1
 
+    def truth(config: dict[str, Any]) -> float | None:           # the program: a time, or a failure of the configuration
+        key = sum((i + 2) * v for i, v in enumerate(config.values()))
+        return None if key % 7 == 0 else 1.0 + key % 23
+
     folder = Path(tempfile.mkdtemp(prefix="adopt-"))                   # a history of its own for each example
     (folder / "bench.py").write_text("print(1.0)\n")
-
-    def objective(values: tuple[list[int], list[int]], conditions: list[str]) -> ProgramObjective:
-        return ProgramObjective(folder, ["bench.py"], space_from_t1({"ConfigurationSpace": {"TuningParameters": [
-            {"Name": "x", "Values": values[0]}, {"Name": "y", "Values": values[1]}], "Conditions": conditions}}))
-
-    history = History(f"sqlite:///{folder / 'h.db'}")
-    old, new = objective(before, []), objective(after, [] if limit is None else [f"x + y <= {limit}"])
-    measured = {(x, y): data.draw(st.none() | st.floats(0.5, 100)) for x in before[0] for y in before[1]
-                if data.draw(st.booleans())}                  # some configurations measured, some of them failed
-    history.adopt(old)
-    rows = [Row(old.space.hash({"x": x, "y": y}), value, value is not None, None, old.space.encode({"x": x, "y": y}),
-                reason=None if value is not None else f"failed at {x}, {y}") for (x, y), value in measured.items()]
-    if rows:
-        history.write(old.name, "time", rows)
-    adopted = history.adopt(new) if old.name != new.name else len(measured)
-    held = {tuple(new.space.decode(row.idx).values()): row.cycles for row in history.cached(new.name, "time").values()}
-    reasons = set(history.reasons(new.name, "time").values())
-    history.close()
-    shutil.rmtree(folder)
-    shared = {c: v for c, v in measured.items() if c[0] in after[0] and c[1] in after[1] and (limit is None or sum(c) <= limit)}
-    assert held == shared and adopted == len(shared)
-    assert reasons == {f"failed at {x}, {y}" for (x, y), v in shared.items() if v is None}        # each failure's, carried
+    url = f"sqlite:///{folder / 'h.db'}"
+    history, measured = History(url), {}                          # configuration -> the result that stands
+    try:
+        for problem in spaces:
+            objective = ProgramObjective(folder, ["bench.py"], space_from_t1(problem))
+            space = objective.space
+            reader = History(url, read_only=True)
+            reader.adopt(objective)
+            read = reader.cached(objective.name, "time")
+            reader.close()
+            known = len(history.cached(objective.name, "time"))        # a space used before (the same one drawn again)
+            adopted = history.adopt(objective)
+            held = history.cached(objective.name, "time")
+            assert {h: r.cycles for h, r in read.items()} == {h: r.cycles for h, r in held.items()} and adopted == len(held) - known
+            grid = np.indices(space.sizes).reshape(len(space.knobs), -1).T.astype(np.int16)
+            allowed = {space.hash_idx(row): row for row in grid[space.allowed(grid)]}
+            ours = {h: measured[c] for h, row in allowed.items() if (c := tuple(space.decode(row).items())) in measured}
+            assert {h: r.cycles for h, r in held.items()} == ours and all(np.array_equal(held[h].idx, allowed[h]) for h in held)
+            assert history.reasons(objective.name, "time") == {h: "CUDA error" for h, value in ours.items() if value is None}
+            rows = []
+            for h, row in allowed.items():                               # measure some; a few fail for a passing reason
+                if h not in held and rng.random() < 0.5:
+                    value = None if rng.random() < 0.3 else truth(space.decode(row))
+                    rows.append(Row(h, value, True, None, row, reason=None if value else "CUDA error"))
+                    measured[tuple(space.decode(row).items())] = value
+            history.write(objective.name, "time", rows)
+            again = [r for r in [*held.values(), *rows]                  # taken over from an earlier space, or its own
+                     if r.cycles is None and truth(space.decode(r.idx)) is not None and rng.random() < 0.5]
+            for r in again:                                              # remeasure_failures: the time takes the failure's place
+                measured[tuple(space.decode(r.idx).items())] = truth(space.decode(r.idx))
+            history.write(objective.name, "time", [Row(r.plan_hash, truth(space.decode(r.idx)), True, None, r.idx) for r in again],
+                          replaced=[r.plan_hash for r in again])
+    finally:
+        history.close()
+        shutil.rmtree(folder)
 
 
 @settings(max_examples=60)

@@ -28,7 +28,6 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from itertools import compress
 from pathlib import Path
-from types import SimpleNamespace
 from typing import Any, TypeVar
 
 import numpy as np
@@ -203,9 +202,9 @@ class Row:
     reason: str | None = None               # why a row scored by this process has no value (kept in tuner_reasons)
 
 
-def _failed(evaluation: dict[str, Any]) -> bool:
-    """Whether a stored evaluation has no value that counts (none at all, or one that failed the problem's check)."""
-    return evaluation["best_cycles"] is None or not evaluation["correct"]
+def _timed(cycles: float | None, correct: Any) -> bool:
+    """Whether an evaluation has a value that counts: one, and one that passed the problem's check."""
+    return cycles is not None and bool(correct)
 
 
 def rows_of(result: Evaluations, hashes: list[str], idx: np.ndarray) -> list[Row]:
@@ -485,7 +484,7 @@ class History:
     def __init__(self, url: str, read_only: bool = False, log: Callable[[str], None] | None = None,
                  outage_s: float | None = None) -> None:
         self.url, self.read_only, self.log = url, read_only, log
-        self._taken: dict[str, dict[Table, list[dict[str, Any]]]] = {}     # a read-only history's adopt, by objective
+        self._taken: dict[str, dict[str, dict[str, Row]]] = {}      # a read-only history's adopt: objective, mode, hash
         self.outage_s = OUTAGE_S if outage_s is None else outage_s
         parsed_url(url)
         self.sqlite = url.startswith("sqlite")
@@ -622,16 +621,16 @@ class History:
         with self.connect() as connection:
             for q in queries:
                 rows |= {r.plan_hash: _row(r) for r in connection.execute(q)}
-        held = self._held(EVALUATIONS, objective, mode)
-        return {h: _row(SimpleNamespace(**r)) for h, r in held.items() if hashes is None or h in hashes} | rows
+        return rows | {h: row for h, row in self._held(objective, mode).items() if hashes is None or h in hashes}
 
     @outlasting_outages
     def timed_out(self, objective: str, mode: str) -> dict[str, float]:
         """The failed evaluations of ``objective`` in ``mode`` that were runs killed at a time limit: plan hash -> limit (s)."""
         query = select(TIMEOUTS.c.plan_hash, TIMEOUTS.c.limit_s).where(TIMEOUTS.c.objective == objective, TIMEOUTS.c.mode == mode)
+        held = self._held(objective, mode)
         with self.connect() as connection:
-            return {h: r["limit_s"] for h, r in self._held(TIMEOUTS, objective, mode).items()} | {
-                r.plan_hash: r.limit_s for r in connection.execute(query)}
+            return {r.plan_hash: r.limit_s for r in connection.execute(query) if r.plan_hash not in held} | {
+                h: row.timed_out_s for h, row in held.items() if row.timed_out_s is not None}
 
     def stale(self, objective: Objective, mode: str, rows: dict[str, Row]) -> set[str]:
         """The failures among ``rows`` that were runs killed at a shorter time limit than ``objective``'s: they say
@@ -650,8 +649,8 @@ class History:
                  .order_by(EVALUATIONS.c.best_cycles, EVALUATIONS.c.plan_hash).limit(limit))
         with self.connect() as connection:
             rows = [_row(r) for r in connection.execute(query)]
-        held = [_row(SimpleNamespace(**r)) for r in self._held(EVALUATIONS, objective, mode).values() if not _failed(r)]
-        return sorted(rows + held, key=lambda r: (r.cycles, r.plan_hash))[:limit] if held else rows
+        held = [row for row in self._held(objective, mode).values() if _timed(row.cycles, row.correct)]  # none in rows: a
+        return sorted(rows + held, key=lambda r: (r.cycles, r.plan_hash))[:limit] if held else rows    # value replaces none
 
     @outlasting_outages
     def sample(self, objective: str, mode: str, limit: int) -> list[Row]:
@@ -689,51 +688,50 @@ class History:
 
     @outlasting_outages
     def adopt(self, objective: Objective) -> int:
-        """Where ``objective`` is seen for the first time and measures what others of the history measured under other
-        spaces (the same program and knob names; values added, removed or reordered, other restrictions), copy their
-        evaluations of the configurations its space holds and allows into its own, so that none is measured again; the number
-        copied. Each objective's space is recorded for that, once (a space used only by older versions was not). A
-        read-only history writes nothing: it holds the copies in memory, where its reads of ``objective`` find them."""
+        """Copy into ``objective``'s evaluations what the history measured of the same program under other spaces (the
+        same knob names; values added, removed or reordered, other restrictions): each configuration its space holds
+        and allows that it has not measured, or whose run failed where another space's gave a time, so that none is
+        measured again; the number copied. Each objective's space is recorded for that (a space used only by older
+        versions was not). A read-only history writes nothing: it holds the copies in memory, where its reads of
+        ``objective`` find them."""
         if objective.measures is None or (self.read_only and SPACES.name not in self._tables):
             return 0
         if self.read_only:
             with self.connect() as connection:
-                carried = self._carried_over(connection, objective)
-            self._taken[objective.name] = carried or {}
-            return len(carried[EVALUATIONS]) if carried else 0
+                self._taken[objective.name] = carried = self._carried_over(connection, objective)
+            return sum(map(len, carried.values()))
         with self.begin() as connection:
             carried = self._carried_over(connection, objective)
-            if carried is None:
-                return 0
-            dialect_insert = sqlite_insert if self.sqlite else postgresql_insert
-            for table, rows in carried.items():
-                if rows:
-                    connection.execute(dialect_insert(table).on_conflict_do_nothing(), rows)
+            for mode, rows in carried.items():              # in the place of the failures they replace
+                self._replace(connection, objective.name, mode, rows)
+                self._write(connection, objective.name, mode, list(rows.values()), None, [], None, None, [])
             knobs = json.dumps([[knob.name, list(knob.choices)] for knob in objective.space.knobs])
+            dialect_insert = sqlite_insert if self.sqlite else postgresql_insert
             connection.execute(dialect_insert(SPACES).on_conflict_do_nothing(),
                                [{"objective": objective.name, "measures": objective.measures, "knobs": knobs}])
-        return len(carried[EVALUATIONS])
+        return sum(map(len, carried.values()))
 
-    def _held(self, table: Table, objective: str, mode: str) -> dict[str, dict[str, Any]]:
-        """What this read-only history took over for ``objective`` in memory (:meth:`adopt`): its rows of ``table`` in
-        ``mode``, by plan hash."""
-        return {r["plan_hash"]: r for r in self._taken.get(objective, {}).get(table, ()) if r["mode"] == mode}
+    def _held(self, objective: str, mode: str) -> dict[str, Row]:
+        """What this read-only history took over for ``objective`` in ``mode`` (:meth:`adopt`), by plan hash: these
+        stand in the place of what the database holds for them."""
+        return self._taken.get(objective, {}).get(mode, {})
 
     @staticmethod
-    def _carried_over(connection: Connection, objective: Objective) -> dict[Table, list[dict[str, Any]]] | None:
-        """What :meth:`adopt` copies to ``objective``, by table (``None`` where the history has seen it): of each
-        configuration the other spaces measured, one evaluation (the first space's, by name, that has a value; else the
-        first's failure) with the timeout and reason kept with it."""
+    def _carried_over(connection: Connection, objective: Objective) -> dict[str, dict[str, Row]]:
+        """What :meth:`adopt` copies to ``objective``, by mode and plan hash, each with the timeout and reason kept
+        with it: of each configuration, the first other space's evaluation (by the space's name) that has a value, else
+        the first's failure; where ``objective`` holds one, only a value in the place of its failure."""
         space = objective.space
-        known = dict(connection.execute(select(SPACES.c.objective, SPACES.c.knobs).where(SPACES.c.measures == objective.measures)
-                                        .order_by(SPACES.c.objective)).all())
-        if objective.name in known:
-            return None
-        own = {(mode, h) for mode, h in connection.execute(        # what an older version scored for it stays its own
-            select(EVALUATIONS.c.mode, EVALUATIONS.c.plan_hash).where(EVALUATIONS.c.objective == objective.name))}
-        evaluations: dict[tuple[str, str], dict[str, Any]] = {}       # (mode, plan hash): the evaluation copied
-        source: dict[tuple[str, str], tuple[str, str]] = {}           # (mode, plan hash): the other space and its plan hash
-        for other, knobs in known.items():
+        others = dict(connection.execute(select(SPACES.c.objective, SPACES.c.knobs).where(
+            SPACES.c.measures == objective.measures, SPACES.c.objective != objective.name).order_by(SPACES.c.objective)).all())
+        if not others:
+            return {}
+        own = {(mode, h): _timed(best, correct) for mode, h, best, correct in connection.execute(
+            select(EVALUATIONS.c.mode, EVALUATIONS.c.plan_hash, EVALUATIONS.c.best_cycles, EVALUATIONS.c.correct)
+            .where(EVALUATIONS.c.objective == objective.name))}            # configuration -> whether it has a value
+        carried: dict[str, dict[str, Row]] = {}
+        origin: dict[tuple[str, str, str], Row] = {}    # (other space, mode, its plan hash): the row made of it
+        for other, knobs in others.items():
             names, choices = zip(*json.loads(knobs), strict=True)
             held = []                                   # the other space's records of this one's configurations
             for record in connection.execute(select(EVALUATIONS).where(EVALUATIONS.c.objective == other)):
@@ -744,20 +742,19 @@ class History:
                     continue
             allowed = space.allowed(np.stack([idx for _, idx in held])) if held else []
             for record, idx in compress(held, allowed):     # those this space's restrictions rule out are not its own
-                key = (record.mode, space.hash_idx(idx))
-                takes = key not in evaluations or (_failed(evaluations[key]) and not _failed(record._asdict()))
-                if key in own or not takes:             # a value measured since (another space's) beats a failure
-                    continue
-                evaluations[key] = {"objective": objective.name, "mode": record.mode, "plan_hash": key[1],
-                                    "best_cycles": record.best_cycles, "correct": record.correct, "max_abs": record.max_abs,
-                                    "plan": json.dumps([int(i) for i in idx])}
-                source[key] = (other, record.plan_hash)
-        origin = {(other, mode, h): (mode, plan_hash) for (mode, plan_hash), (other, h) in source.items()}
-        carried: dict[Table, list[dict[str, Any]]] = {EVALUATIONS: list(evaluations.values())}
-        for table in (TIMEOUTS, REASONS):               # what is kept with each evaluation copied, from where it was copied
-            rows = connection.execute(select(table).where(table.c.objective.in_(list(known)))) if known else []
-            carried[table] = [r._asdict() | {"objective": objective.name, "plan_hash": key[1]} for r in rows
-                              if (key := origin.get((r.objective, r.mode, r.plan_hash))) is not None]
+                h = space.hash_idx(idx)
+                kept = carried.get(record.mode, {}).get(h)
+                standing = _timed(kept.cycles, kept.correct) if kept is not None else own.get((record.mode, h))
+                if standing or (standing is False and not _timed(record.best_cycles, record.correct)):
+                    continue                            # a time, from anywhere, beats a failure; else the first stands
+                row = Row(h, record.best_cycles, bool(record.correct), record.max_abs, idx)
+                carried.setdefault(record.mode, {})[h] = origin[(other, record.mode, record.plan_hash)] = row
+        for r in connection.execute(select(TIMEOUTS).where(TIMEOUTS.c.objective.in_(list(others)))):     # what is kept
+            if (row := origin.get((r.objective, r.mode, r.plan_hash))) is not None:                       # with each row
+                row.timed_out_s = r.limit_s
+        for r in connection.execute(select(REASONS).where(REASONS.c.objective.in_(list(others)))):
+            if (row := origin.get((r.objective, r.mode, r.plan_hash))) is not None:
+                row.reason = r.reason
         return carried
 
     # --- studies ----------------------------------------------------------------------------
@@ -810,9 +807,10 @@ class History:
         with self.connect() as connection:
             scored = connection.execute(select(func.count()).select_from(EVALUATIONS).where(of)).scalar_one()
             failed = dict(connection.execute(select(EVALUATIONS.c.plan_hash, EVALUATIONS.c.best_cycles).where(of, failing)).all())
-        held = self._held(EVALUATIONS, objective, mode)
-        scored += len(held)
-        failed |= {h: r["best_cycles"] for h, r in held.items() if _failed(r)}
+        held = self._held(objective, mode)                 # new configurations, or values in the place of failures
+        scored += len(held.keys() - failed.keys())
+        failed = {h: v for h, v in failed.items() if h not in held} | {
+            h: row.cycles for h, row in held.items() if not _timed(row.cycles, row.correct)}
         reasons = self.reasons(objective, mode) if failed else {}
         if any(value is None and h not in reasons for h, value in failed.items()):
             reasons = self._kept(objective, "reason") | reasons
@@ -823,13 +821,14 @@ class History:
         """Why the failed evaluations of ``objective`` in ``mode`` failed (those of ``hashes``, or all), by plan hash, as
         the history keeps it (not for those an older version scored)."""
         hashes = None if hashes is None else set(hashes)
-        held = {h: r["reason"] for h, r in self._held(REASONS, objective, mode).items() if hashes is None or h in hashes}
+        held = self._held(objective, mode)
+        taken = {h: row.reason for h, row in held.items() if row.reason is not None and (hashes is None or h in hashes)}
         if REASONS.name not in self._tables:
-            return held
+            return taken
         query = select(REASONS.c.plan_hash, REASONS.c.reason).where(REASONS.c.objective == objective, REASONS.c.mode == mode)
         queries = [query] if hashes is None else [query.where(c) for c in in_chunks(REASONS.c.plan_hash, sorted(set(hashes)))]
         with self.connect() as connection:
-            return held | {h: why for q in queries for h, why in connection.execute(q)}
+            return {h: why for q in queries for h, why in connection.execute(q) if h not in held} | taken
 
     @functools.cached_property
     def _tables(self) -> set[str]:
@@ -920,10 +919,15 @@ class History:
         if self.read_only:
             raise HistoryError("this history is opened read-only (the tool declares no history writes)")
         with self.begin() as connection:
-            for table in (EVALUATIONS, TIMEOUTS, REASONS):
-                for condition in in_chunks(table.c.plan_hash, sorted(replaced)):
-                    connection.execute(table.delete().where(table.c.objective == objective, table.c.mode == mode, condition))
+            self._replace(connection, objective, mode, replaced)
             self._write(connection, objective, mode, rows, study_id, list(trials), sweep, space, list(members))
+
+    @staticmethod
+    def _replace(connection: Any, objective: str, mode: str, hashes: Iterable[str]) -> None:
+        """Delete what the history holds of ``objective``'s evaluations of ``hashes`` in ``mode``, timeouts and reasons too."""
+        for table in (EVALUATIONS, TIMEOUTS, REASONS):
+            for condition in in_chunks(table.c.plan_hash, sorted(hashes)):
+                connection.execute(table.delete().where(table.c.objective == objective, table.c.mode == mode, condition))
 
     def _write(self, connection: Any, objective: str, mode: str, rows: list[Row], study_id: int | None,
                trials: list[TrialRecord], sweep: dict[str, Any] | None, space: Space | None,

@@ -714,7 +714,7 @@ def test_failures_measured_under_an_earlier_space_are_measured_again_under_an_ed
     """The first command on an edited space takes over what the program measured under the earlier one, failures
     included. The commands that write no history took nothing over: ``remeasure_failures`` said it held no failed
     run (while a search on the new space took the failure over and never ran it again), ``compare_history`` ran the
-    default again and ``resume_search_history`` listed no seed."""
+    default again and ``resume_search_history`` listed no seed. Back on the first space, a search held 32 as failed."""
     log, broken = tmp_path / "runs.log", tmp_path / "broken"
     (kernel / "bench.py").write_text(
         f"import json, os, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(f\"{{c['bx']}}\\n\")\n"
@@ -742,6 +742,8 @@ def test_failures_measured_under_an_earlier_space_are_measured_again_under_an_ed
     assert (result["new_evaluations"], result["failed"], result["best"]["plan"]) == (1, 0, {"bx": 32}), result
     out = _tuner(kernel, *space(5), "bounded_exhaustive_search", "--profile", "all")
     assert out.returncode == 0 and json.loads(out.stdout)["best"] == result["best"], out.stdout
+    out = _tuner(kernel, *space(3), "search_plans", "--strategy", "focused")      # the first space again: 32 has its time
+    assert out.returncode == 0 and json.loads(out.stdout)["best"]["time"] == 1 and "1 measurement" in out.stderr, out.stderr
     assert log.read_text().split() == ["32", "64", "96", "32", "128", "160"]         # 32 again, and once
 
 
