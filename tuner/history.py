@@ -202,7 +202,7 @@ class Row:
     reason: str | None = None               # why a row scored by this process has no value (kept in tuner_reasons)
 
 
-def _timed(cycles: float | None, correct: Any) -> bool:
+def _valued(cycles: float | None, correct: Any) -> bool:
     """Whether an evaluation has a value that counts: one, and one that passed the problem's check."""
     return cycles is not None and bool(correct)
 
@@ -649,7 +649,7 @@ class History:
                  .order_by(EVALUATIONS.c.best_cycles, EVALUATIONS.c.plan_hash).limit(limit))
         with self.connect() as connection:
             rows = [_row(r) for r in connection.execute(query)]
-        held = [row for row in self._held(objective, mode).values() if _timed(row.cycles, row.correct)]  # none in rows: a
+        held = [row for row in self._held(objective, mode).values() if _valued(row.cycles, row.correct)]  # none in rows: a
         return sorted(rows + held, key=lambda r: (r.cycles, r.plan_hash))[:limit] if held else rows    # value replaces none
 
     @outlasting_outages
@@ -726,7 +726,7 @@ class History:
             SPACES.c.measures == objective.measures, SPACES.c.objective != objective.name).order_by(SPACES.c.objective)).all())
         if not others:
             return {}
-        own = {(mode, h): _timed(best, correct) for mode, h, best, correct in connection.execute(
+        own = {(mode, h): _valued(best, correct) for mode, h, best, correct in connection.execute(
             select(EVALUATIONS.c.mode, EVALUATIONS.c.plan_hash, EVALUATIONS.c.best_cycles, EVALUATIONS.c.correct)
             .where(EVALUATIONS.c.objective == objective.name))}            # configuration -> whether it has a value
         carried: dict[str, dict[str, Row]] = {}
@@ -744,8 +744,8 @@ class History:
             for record, idx in compress(held, allowed):     # those this space's restrictions rule out are not its own
                 h = space.hash_idx(idx)
                 kept = carried.get(record.mode, {}).get(h)
-                standing = _timed(kept.cycles, kept.correct) if kept is not None else own.get((record.mode, h))
-                if standing or (standing is False and not _timed(record.best_cycles, record.correct)):
+                standing = _valued(kept.cycles, kept.correct) if kept is not None else own.get((record.mode, h))
+                if standing or (standing is False and not _valued(record.best_cycles, record.correct)):
                     continue                            # a time, from anywhere, beats a failure; else the first stands
                 row = Row(h, record.best_cycles, bool(record.correct), record.max_abs, idx)
                 carried.setdefault(record.mode, {})[h] = origin[(other, record.mode, record.plan_hash)] = row
@@ -810,7 +810,7 @@ class History:
         held = self._held(objective, mode)                 # new configurations, or values in the place of failures
         scored += len(held.keys() - failed.keys())
         failed = {h: v for h, v in failed.items() if h not in held} | {
-            h: row.cycles for h, row in held.items() if not _timed(row.cycles, row.correct)}
+            h: row.cycles for h, row in held.items() if not _valued(row.cycles, row.correct)}
         reasons = self.reasons(objective, mode) if failed else {}
         if any(value is None and h not in reasons for h, value in failed.items()):
             reasons = self._kept(objective, "reason") | reasons
