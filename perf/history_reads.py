@@ -1,13 +1,15 @@
 """History reads at scale, measured side by side in one run (2-core machine; numbers vary by machine).
 
-    python perf/history_reads.py [--studies 50] [--trials 2000]
+    python perf/history_reads.py [--studies 50] [--trials 2000] [--spaces 4]
 
 Builds a SQLite history of STUDIES x TRIALS scored tensor plans (random, seeded; written in bulk;
 each study's ten best checked in final mode, as a search with include_final leaves them), then
 times ``compare_history``, ``rank_experiments`` and ``resume_search_history`` (seconds each, the
 tools as the CLI and MCP run them) and, beside them, the per-study reading they replaced (every
 trial of every study loaded through Optuna), with the ratio; and what opening the history for
-writing costs.
+writing costs. Then a program's history under SPACES edited spaces of TRIALS measurements each (each space's values
+shifted by one from the last): what a command on a new space pays to take their measurements over, and what every
+later command on a space pays to find nothing new (both read every other space's measurements).
 """
 
 from __future__ import annotations
@@ -22,9 +24,11 @@ import numpy as np
 from arguments import at_least_one
 
 from tuner import service
-from tuner.history import History, TrialRecord, rows_of
+from tuner.history import History, Row, TrialRecord, rows_of
 from tuner.objectives.builtin import BuiltinObjective
+from tuner.objectives.command import ProgramObjective
 from tuner.plan import SPACE
+from tuner.space import space_from_t1
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,6 +58,29 @@ def build(workspace: Path, studies: int, trials: int) -> str:
     return url
 
 
+def edited_spaces(workspace: Path, spaces: int, trials: int) -> tuple[str, ProgramObjective]:
+    """A history of one program measured under ``spaces`` spaces of two knobs, each of about ``trials`` configurations
+    (its ``x`` values shifted by one from the last's), every configuration measured once; and the next such space."""
+    (workspace / "bench.py").write_text("print(1.0)\n")
+    url = f"sqlite:///{workspace / 'program.db'}"
+    side = max(2, round(trials ** 0.5))
+    history = History(url)
+
+    def space(shift: int) -> ProgramObjective:
+        return ProgramObjective(workspace, ["bench.py"], space_from_t1({"ConfigurationSpace": {"TuningParameters": [
+            {"Name": "x", "Values": list(range(shift, shift + side))}, {"Name": "y", "Values": list(range(side))}]}}))
+
+    for shift in range(spaces):
+        objective = space(shift)
+        history.adopt(objective)
+        held = history.cached(objective.name, "time")
+        idx = np.indices(objective.space.sizes).reshape(2, -1).T.astype(np.int16)
+        rows = [Row(h, 1.0 + shift, True, None, row) for row in idx if (h := objective.space.hash_idx(row)) not in held]
+        history.write(objective.name, "time", rows)
+    history.close()
+    return url, space(spaces)
+
+
 def per_study_reads(url: str, objective: str) -> float:
     """Seconds to read every study's five best trials the way the tools did before: each study loaded whole."""
     history = History(url, read_only=True)
@@ -69,6 +96,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--studies", type=at_least_one, default=50)
     parser.add_argument("--trials", type=at_least_one, default=2000)
+    parser.add_argument("--spaces", type=at_least_one, default=4)
     args = parser.parse_args()
     workspace = Path(tempfile.mkdtemp(prefix="tuner-history-reads-"))
     start = time.perf_counter()
@@ -90,6 +118,14 @@ def main() -> None:
     old = per_study_reads(url, BuiltinObjective().name)
     print(f"  per-study Optuna reads   {old:8.3f} s  (what rank_experiments and compare_history did before; "
           f"{old / figures['rank_experiments']:.3g}x rank_experiments now)")
+    program, objective = edited_spaces(workspace, args.spaces, args.trials)
+    for what, read_only in (("a new space, read-only", True), ("a new space", False), ("the same, again", False)):
+        history = History(program, read_only=read_only)
+        start = time.perf_counter()
+        copied = history.adopt(objective)
+        print(f"  adopt: {what:<22} {(time.perf_counter() - start) * 1e3:8.1f} ms  ({copied:,} measurements taken over, "
+              f"of {args.spaces} spaces)")
+        history.close()
     shutil.rmtree(workspace)
 
 
