@@ -77,7 +77,7 @@ def test_a_space_takes_over_the_value_another_space_measured_after_a_failure(tmp
     reader.close()
     assert history.failures(second.name, "time") == (0, {})                        # and writes nothing
     assert history.adopt(second) == 2 and history.failures(second.name, "time")[1] == {h: (None, "CUDA error")}
-    assert history.adopt(second) == 0                                               # once
+    assert history.adopt(second) == 0                                               # nothing new
     history.write(second.name, "time", [Row(h, 8.0, True, None, k2)], replaced=[h])      # measured again, as remeasure does
     assert history.adopt(third) == 2 and history.failures(third.name, "time") == (2, {})
     assert history.cached(third.name, "time", [h])[h].cycles == 8.0 and history.reasons(third.name, "time") == {}

@@ -711,7 +711,7 @@ def test_measuring_failures_again_by_reason_leaves_a_run_killed_at_a_shorter_tim
 
 
 def test_failures_measured_under_an_earlier_space_are_measured_again_under_an_edited_one(kernel, tmp_path):
-    """The first command on an edited space takes over what the program measured under the earlier one, failures
+    """Each command on an edited space takes over what the program measured under the earlier one, failures
     included. The commands that write no history took nothing over: ``remeasure_failures`` said it held no failed
     run (while a search on the new space took the failure over and never ran it again), ``compare_history`` ran the
     default again and ``resume_search_history`` listed no seed. Back on the first space, a search held 32 as failed."""
