@@ -616,7 +616,7 @@ class History:
         if hashes is None:
             queries = [query]
         else:
-            queries = [query.where(condition) for condition in in_chunks(EVALUATIONS.c.plan_hash, sorted(set(hashes)))]
+            queries = [query.where(condition) for condition in in_chunks(EVALUATIONS.c.plan_hash, sorted(hashes))]
         rows: dict[str, Row] = {}
         with self.connect() as connection:
             for q in queries:
@@ -736,13 +736,12 @@ class History:
             held = []                                   # the other space's records of this one's configurations
             for record in connection.execute(select(EVALUATIONS).where(EVALUATIONS.c.objective == other)):
                 config = {name: values[i] for name, values, i in zip(names, choices, json.loads(record.plan), strict=True)}
-                try:
-                    held.append((record, space.encode(config)))
+                try:                                    # with this space's hash of it, from its values
+                    held.append((record, space.encode(config), space.hash(config)))
                 except (KeyError, ValueError):          # a value this space no longer holds
                     continue
-            allowed = space.allowed(np.stack([idx for _, idx in held])) if held else []
-            for record, idx in compress(held, allowed):     # those this space's restrictions rule out are not its own
-                h = space.hash_idx(idx)
+            allowed = space.allowed(np.stack([idx for _, idx, _ in held])) if held else []
+            for record, idx, h in compress(held, allowed):  # those this space's restrictions rule out are not its own
                 kept = carried.get(record.mode, {}).get(h)
                 standing = _valued(kept.cycles, kept.correct) if kept is not None else own.get((record.mode, h))
                 if standing or (standing is False and not _valued(record.best_cycles, record.correct)):
@@ -826,7 +825,7 @@ class History:
         if REASONS.name not in self._tables:
             return taken
         query = select(REASONS.c.plan_hash, REASONS.c.reason).where(REASONS.c.objective == objective, REASONS.c.mode == mode)
-        queries = [query] if hashes is None else [query.where(c) for c in in_chunks(REASONS.c.plan_hash, sorted(set(hashes)))]
+        queries = [query] if hashes is None else [query.where(c) for c in in_chunks(REASONS.c.plan_hash, sorted(hashes))]
         with self.connect() as connection:
             return {h: why for q in queries for h, why in connection.execute(q) if h not in held} | taken
 
