@@ -478,6 +478,9 @@ def test_an_edited_space_holds_every_allowed_measurement_of_the_earlier_ones_and
     history, measured = History(url), {}                          # configuration -> the result that stands
     try:
         for problem in spaces:
+            drawn = problem["ConfigurationSpace"]            # each knob's values in any order: every index vector moves
+            problem = {"ConfigurationSpace": {**drawn, "TuningParameters": [
+                {**knob, "Values": rng.sample(knob["Values"], len(knob["Values"]))} for knob in drawn["TuningParameters"]]}}
             objective = ProgramObjective(folder, ["bench.py"], space_from_t1(problem))
             space = objective.space
             reader = History(url, read_only=True)
