@@ -381,12 +381,19 @@ def main(argv: list[str] | None = None) -> int:
         stops.append(signum)
         cancel(signal.SIGINT, frame)
 
+    def ended(signum: int, frame: object) -> None:         # the server is done: the process ends once the calls' threads do;
+        if len(stops) > 1:                                  # the event loop's handler, called now, printed a traceback
+            raise KeyboardInterrupt                         # (a client's SIGTERM after it closed the server's input)
+
     async def serve(server: MCPServer) -> None:
         nonlocal cancel
         if callable(handler := signal.getsignal(signal.SIGINT)):
             cancel = handler                                # the event loop's: it cancels the server, and so every call in
         signal.signal(signal.SIGINT, stop)                  # flight (their searches save and stop); a second one raises
-        await server.run_stdio_async()
+        try:
+            await server.run_stdio_async()
+        finally:
+            cancel = ended
 
     for signum in (signal.SIGTERM, signal.SIGHUP):          # a client or a closed terminal ends the server as Ctrl-C does
         signal.signal(signum, stop)
