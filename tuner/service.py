@@ -800,7 +800,7 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
     value in each mode the history holds (in the objective's unit; every measurement as ``runtimes`` where it was
     measured repeatedly) and its invalidity: ``correct``, ``correctness`` (a value that failed the problem's check),
     ``timeout``, ``compile``, ``constraints`` or ``runtime`` (any other failure). An ``exhaustive`` sweep keeps its
-    ranges' best only: those are what it exports. The same history gives the same bytes."""
+    ranges' best only: those are what it exports (none: refused). The same history gives the same bytes."""
     if not isinstance(out, str) or not out.endswith(".json"):
         raise ServiceError(f"out must name a .json file under {OUTPUT_DIR}/, got {quoted(out)}")
     studies = {s["study_name"]: s for s in ctx.history.sweeps() if s["objective"] == ctx.objective.name}
@@ -836,6 +836,9 @@ def export_results(ctx: Context, study: str | None = None, out: str = f"{OUTPUT_
         results.append(t4_result(ctx.objective.space.decode(row.idx), values, ctx.unit,
                                  all(rows[mode][h].correct for mode in ctx.objective.modes if h in rows[mode]), failure,
                                  runtimes.get(h)))
+    if not results:                                    # a file of no result, which no replay reads, is not written
+        kept = ": a sweep keeps each range's best only, and none of them has a value" if studies[name]["strategy"] == "exhaustive" else ""
+        raise ServiceError(f"study {quoted(name, 200)} holds no evaluation to export{kept}")
     metadata = {"tuner": f"tensor-plan-optimizer {package_version()}", "study": name, "objective": objective,
                 **({"timeunit": "milliseconds"} if ctx.unit == "ms" else {"unit": ctx.unit})}
     text = json.dumps({"schema_version": T4_VERSION, "metadata": metadata, "results": results}, indent=1) + "\n"

@@ -226,6 +226,18 @@ def test_a_noisy_programs_study_exports_every_measurement_of_each_configuration(
     assert climb[0]["times"]["runtimes"] == results[0]["times"]["runtimes"]
 
 
+def test_a_sweep_that_kept_no_result_is_not_exported_as_a_file_no_replay_reads(kernel):
+    """Every run failed: the sweep keeps no range's best, and an empty T4 file was written that cache:PATH refused."""
+    (kernel / "bench.py").write_text("print('{\"error\": \"no GPU\"}')\n")
+    problem = ("--objective", "command:bench.py", "--space", "space.t1.json")
+    assert _tuner(kernel, *problem, "bounded_exhaustive_search", "--profile", "all").returncode == 1
+    exported = _tuner(kernel, *problem, "export_results")
+    assert exported.returncode == 2 and exported.stderr.startswith("tuner export_results: error: study 'exhaustive:")
+    assert exported.stderr.endswith("holds no evaluation to export: a sweep keeps each range's best only, and none of them "
+                                    "has a value\n") and len(exported.stderr.splitlines()) == 1
+    assert not (kernel / "results").exists()
+
+
 def test_reading_a_noisy_programs_history_without_its_repeats_says_which_repeats_read_it(kernel):
     """Values measured with --repeats K are another objective's (medians): reading them without it found no study,
     and the report and the ranking came out empty without saying why."""
