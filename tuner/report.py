@@ -63,14 +63,15 @@ def importance_info(history: History, objective: str, mode: str, space: Space) -
     scored = [(h, v) for h, v in history.outcomes(name) if v is not None]
     scored = [scored[i] for i in np.unique(np.linspace(0, len(scored) - 1, IMPORTANCE_TRIALS).astype(int))]
     rows = history.cached(objective, mode, [h for h, _ in scored])
+    trials = [create_trial(params=space.to_params(rows[h].idx), distributions=space.distributions, value=v,
+                           state=TrialState.COMPLETE) for h, v in scored if h in rows]
     study = optuna.create_study(direction="minimize")
-    study.add_trials([create_trial(params=space.to_params(rows[h].idx), distributions=space.distributions, value=v,
-                                   state=TrialState.COMPLETE) for h, v in scored if h in rows])
+    study.add_trials(trials)
     try:
         importance = optuna.importance.get_param_importances(study)
     except (RuntimeError, ValueError):                  # a study whose knobs never vary has no importance to give
         return {}
-    return {"study": name.removesuffix(f"@{objective}"), "evaluations": len(study.trials),
+    return {"study": name.removesuffix(f"@{objective}"), "evaluations": len(trials),
             "knobs": {knob: float(value) for knob, value in importance.items() if space.by_name[knob].size > 1}}   # one value: no say
 
 
