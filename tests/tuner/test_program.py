@@ -844,6 +844,34 @@ def _ended(pid: int, limit_s: float = 120.0) -> bool:
         os.close(descriptor)
 
 
+KILLER = """import json, os, signal, sys
+c = json.load(sys.stdin)
+with open({log!r}, "a") as log:
+    log.write(json.dumps(c, sort_keys=True) + "\\n")
+if os.environ.get("KILL") and len(open({log!r}).readlines()) == 10:      # the 10th run kills the tuner outright
+    os.kill(os.getppid(), signal.SIGKILL)
+else:
+    print(c["bx"] / 32 + c["tile"] + (c["layout"] == "col") / 2)
+"""
+
+
+def test_a_tuner_killed_outright_loses_only_the_run_in_progress(kernel, tmp_path):
+    """A local search's step holds several runs (its pair phase hundreds), and their results were written when the step
+    ended, or 2 s later: `kill -9` lost every run of the step that had finished, and the resumed search ran them again."""
+    log = tmp_path / "runs.log"
+    (kernel / "bench.py").write_text(KILLER.format(log=str(log)))
+    command = [sys.executable, "-m", "tuner", "--objective", "command:bench.py", "--space", "space.t1.json",
+               "local_neighborhood_search", "--max-evals", "30"]
+    killed = subprocess.run(command, cwd=kernel, capture_output=True, text=True, timeout=600, env={**os.environ, "KILL": "1"})
+    assert killed.returncode == -signal.SIGKILL
+    ran = log.read_text().splitlines()
+    assert len(ran) == len(set(ran)) == 10
+    resumed = subprocess.run(command, cwd=kernel, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr
+    again = log.read_text().splitlines()[10:]
+    assert again and set(again) & set(ran) == {ran[-1]}             # the run the kill cut short, and no other, runs again
+
+
 def test_a_tuner_killed_outright_leaves_no_measuring_process_and_no_copy(kernel, tmp_path):
     """SIGKILL (`kill -9`, the out-of-memory killer) ends the tuner before it can kill its run, which lives in a process
     group of its own and would measure on (a hung one for ever, holding its GPU): the reaper kills that group and
