@@ -241,6 +241,8 @@ class Search:
         for n, chunk in enumerate(self._chunks(unseen)):
             if n and self.interrupted():                    # a program's runs: the time budget or a cancel ends the batch
                 break
+            if self.one_by_one:                             # measured since this search started, by another study
+                self.recall(idx[[i for h, i in chunk.items() if h not in self.cache]])
             claimed = self.worker.claim([(f"plan:{h}", int(counted and h not in self.cache), idx[i].tolist()) for h, i in chunk.items()],
                                         self.budget)
             self.elsewhere |= {item.removeprefix("plan:") for item in claimed.elsewhere}
@@ -312,6 +314,8 @@ class Search:
         values = np.full(len(idx), np.inf)
         allowed = np.flatnonzero(self.objective.feasible(idx))
         hashes = [self.space.hash_idx(idx[i]) for i in allowed]
+        if self.one_by_one:                                 # measured since this sweep started, by another study
+            self.recall(idx[[i for i, h in zip(allowed, hashes, strict=True) if h not in self.cache]])
         todo = [k for k, h in enumerate(hashes) if h not in self.cache]
         held = [self.cache[h] for h in hashes if h in self.cache]
         self.cached_hits += len(held)
@@ -326,9 +330,11 @@ class Search:
 
     def recall(self, idx: np.ndarray) -> None:
         """Add to the search's cache what the history now holds of ``idx`` (what other workers measured since this one
-        started, in ranges of a sweep, which no plan claim records), so that evaluating them runs nothing again."""
+        started, in ranges of a sweep, which no plan claim records, or other studies of the objective), so that
+        evaluating them runs nothing again. The failures this search is to measure again (``stale``) stay out."""
         if len(idx):
-            self.cache |= self.history.scored(self.objective, self.spec.mode, idx, measure=False)
+            found = self.history.scored(self.objective, self.spec.mode, idx, measure=False)
+            self.cache |= {h: row for h, row in found.items() if h not in self.stale}
 
     def sync(self) -> None:
         """Learn what this study's evaluations are, in order, since the last look: earlier runs' and other workers'."""

@@ -366,6 +366,29 @@ def test_a_program_is_not_run_again_on_what_it_measured_under_another_space_of_t
     assert len(ran) == 4
 
 
+def test_a_search_runs_no_configuration_another_study_measured_since_it_started(kernel, tmp_path):
+    """Two studies of one program at once (`quick` on one host, a local search on another): each read what the history
+    held when it started, and ran again every configuration the other measured since."""
+    log = tmp_path / "runs.log"
+    (kernel / "bench.py").write_text(f"import json, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(json.dumps(c) + '\\n')\n"
+                                     "print(c['bx'] / 32 + c['tile'] + (c['layout'] == 'col') / 2)\n")
+    space = space_from_t1(T1)
+    objective = ProgramObjective(kernel, ["bench.py"], space)
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    first, second = (Search(history, objective, Spec(strategy="quick", mode="time", seed=seed)) for seed in (0, 1))
+    measured = space.encode(CONFIG)[None]
+    assert second.evaluate(measured).tolist() == [4.5]
+    second.flush()
+    assert first.evaluate(measured).tolist() == [4.5] and first.cached_hits == 1
+    swept = space.encode({"bx": 32, "tile": 1, "layout": "row"})[None]           # a sweep's range too
+    assert second.evaluate(swept).tolist() == [2.0]
+    second.flush()
+    values, scored = first.measure(swept)
+    assert values.tolist() == [2.0] and scored == 0
+    assert len(log.read_text().splitlines()) == 2
+    objective.close()
+
+
 def test_a_measurement_the_restrictions_rule_out_is_never_a_seed(kernel, monkeypatch):
     """The previous version carried such measurements over to an edited space: histories it wrote hold them, and the
     searches and the main job's re-check read their seeds there."""
