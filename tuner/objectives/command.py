@@ -254,7 +254,10 @@ class _Benchmark:
                            timed_out=timed_out if any(limit is not None for limit in timed_out) else [])
 
     def __del__(self) -> None:
-        self.close()
+        try:                                        # noqa: SIM105 (contextlib.suppress itself may be gone by then)
+            self.close()
+        except Exception:                           # at the interpreter's exit the modules it needs (contextlib, shutil)
+            pass                                    # may be gone: the reaper removes the copy then
 
 
 class CommandObjective(_Benchmark):
