@@ -253,8 +253,8 @@ class Search:
                     row = self.cache[h]
                     self._accept(row.idx, h, row.cycles, row.correct, row.max_abs, attrs, cached=True)
             self._score([chunk[h] for h in chunk if h in granted and h not in self.cache], idx, attrs, counted)
-            if self.one_by_one and self._rows:              # a program's run is kept before the next starts: a kill
-                self.flush()                                # loses the run in progress only, not the batch's
+            if self.one_by_one and time.monotonic() - self._last_flush >= self.flush_seconds:
+                self.flush()                                # a batch of a program's runs is kept as it goes, not at its end
         if others or time.monotonic() - self._last_sync >= SYNC_S:
             self.sync()
         values = np.array([self.seen.get(h, np.inf) if h else np.inf for h in hashes], dtype=float)

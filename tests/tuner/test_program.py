@@ -867,11 +867,12 @@ def _ended(pid: int, limit_s: float = 120.0) -> bool:
         os.close(descriptor)
 
 
+KILLED_AT = 12
 KILLER = """import json, os, signal, sys
 c = json.load(sys.stdin)
 with open({log!r}, "a") as log:
     log.write(json.dumps(c, sort_keys=True) + "\\n")
-if os.environ.get("KILL") and len(open({log!r}).readlines()) == 10:      # the 10th run kills the tuner outright
+if os.environ.get("KILL") and len(open({log!r}).readlines()) == {at}:      # this run kills the tuner outright
     os.kill(os.getppid(), signal.SIGKILL)
 else:
     print(c["bx"] / 32 + c["tile"] + (c["layout"] == "col") / 2)
@@ -892,20 +893,25 @@ def test_an_objective_left_open_at_the_interpreters_exit_says_nothing_and_leaves
     assert _ended(int(reaper)) and not Path(copy).exists()
 
 
-def test_a_tuner_killed_outright_loses_only_the_run_in_progress(kernel, tmp_path):
+def test_a_tuner_killed_outright_keeps_the_runs_of_a_step_that_ended_before(kernel, tmp_path):
     """A local search's step holds several runs (its pair phase hundreds), and their results were written when the step
-    ended, or 2 s later: `kill -9` lost every run of the step that had finished, and the resumed search ran them again."""
+    ended: `kill -9` lost every run of the step that had finished, and the resumed search ran them again. Now they are
+    written as they come (every ``flush_seconds``, 2 s by default; at once here)."""
     log = tmp_path / "runs.log"
-    (kernel / "bench.py").write_text(KILLER.format(log=str(log)))
-    command = [sys.executable, "-m", "tuner", "--objective", "command:bench.py", "--space", "space.t1.json",
-               "local_neighborhood_search", "--max-evals", "30"]
-    killed = subprocess.run(command, cwd=kernel, capture_output=True, text=True, timeout=600, env={**os.environ, "KILL": "1"})
-    assert killed.returncode == -signal.SIGKILL
+    (kernel / "bench.py").write_text(KILLER.format(log=str(log), at=KILLED_AT))
+    script = ("from tuner.history import History\nfrom tuner.objectives.command import ProgramObjective\n"
+              "from tuner.search import Search, Spec\nfrom tuner.space import space_from_t1\nfrom tuner.strategies import STRATEGIES\n"
+              f"objective = ProgramObjective({str(kernel)!r}, ['bench.py'], space_from_t1({T1!r}))\n"
+              f"search = Search(History('sqlite:///{tmp_path / 'h.db'}'), objective, Spec(strategy='checkpoint', mode='time', "
+              "max_evals=30, start=tuple(objective.space.default().tolist())), flush_seconds=0)\n"
+              "STRATEGIES['checkpoint'](search)\nobjective.close()\n")
+    killed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600, env={**os.environ, "KILL": "1"})
+    assert killed.returncode == -signal.SIGKILL, killed.stderr
     ran = log.read_text().splitlines()
-    assert len(ran) == len(set(ran)) == 10
-    resumed = subprocess.run(command, cwd=kernel, capture_output=True, text=True, timeout=600)
+    assert len(ran) == len(set(ran)) == KILLED_AT
+    resumed = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
     assert resumed.returncode == 0, resumed.stderr
-    again = log.read_text().splitlines()[10:]
+    again = log.read_text().splitlines()[KILLED_AT:]
     assert again and set(again) & set(ran) == {ran[-1]}             # the run the kill cut short, and no other, runs again
 
 
