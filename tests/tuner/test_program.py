@@ -867,7 +867,20 @@ def _ended(pid: int, limit_s: float = 120.0) -> bool:
         os.close(descriptor)
 
 
-KILLED_AT = 12
+def test_an_objective_left_open_at_the_interpreters_exit_says_nothing_and_leaves_no_copy(kernel):
+    """A script of the library's that never closed its objective printed `Exception ignored in ... __del__` and a
+    traceback as it exited: the modules that closing needs were gone by then."""
+    script = ("from tuner.objectives.command import ProgramObjective\nfrom tuner.space import space_from_t1\n"
+              f"objective = ProgramObjective({str(kernel)!r}, ['bench.py'], space_from_t1({T1!r}))\n"
+              "assert objective.evaluate(objective.space.encode({'bx': 64, 'tile': 2, 'layout': 'col'})[None], 'time').cycles[0] == 4.0\n"
+              "print(objective._reaper[0].pid, objective._copy)\n")
+    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0 and out.stderr == "", out.stderr
+    reaper, copy = out.stdout.split()
+    assert _ended(int(reaper)) and not Path(copy).exists()
+
+
+KILLED_AT = 12                      # a run inside a local search's step, after others of it
 KILLER = """import json, os, signal, sys
 c = json.load(sys.stdin)
 with open({log!r}, "a") as log:
@@ -879,21 +892,7 @@ else:
 """
 
 
-def test_an_objective_left_open_at_the_interpreters_exit_says_nothing_and_leaves_no_copy(kernel):
-    """A script of the library's that never closed its objective printed `Exception ignored in ... __del__` and a
-    traceback as it exited: the modules that closing needs were gone by then."""
-    script = ("import sys\nimport numpy as np\nfrom tuner.objectives.command import ProgramObjective\n"
-              "from tuner.space import space_from_t1\n"
-              f"objective = ProgramObjective({str(kernel)!r}, ['bench.py'], space_from_t1({T1!r}))\n"
-              "assert objective.evaluate(objective.space.encode({'bx': 64, 'tile': 2, 'layout': 'col'})[None], 'time').cycles[0] == 4.0\n"
-              "print(objective._reaper[0].pid, objective._copy)\n")
-    out = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0 and out.stderr == "", out.stderr
-    reaper, copy = out.stdout.split()
-    assert _ended(int(reaper)) and not Path(copy).exists()
-
-
-def test_a_tuner_killed_outright_keeps_the_runs_of_a_step_that_ended_before(kernel, tmp_path):
+def test_a_tuner_killed_outright_keeps_the_runs_of_its_step_that_ended_before_the_kill(kernel, tmp_path):
     """A local search's step holds several runs (its pair phase hundreds), and their results were written when the step
     ended: `kill -9` lost every run of the step that had finished, and the resumed search ran them again. Now they are
     written as they come (every ``flush_seconds``, 2 s by default; at once here)."""
