@@ -41,6 +41,13 @@ else:
 """
 
 
+LOGGED = """import json, sys
+c = json.load(sys.stdin)
+open({log!r}, "a").write(json.dumps(c) + "\\n")
+print(c["bx"] / 32 + c["tile"] + (c["layout"] == "col") / 2)
+"""                                                                 # a program that logs each configuration it runs
+
+
 def _time(c: dict) -> float:
     return abs(c["bx"] - 96) / 32 + abs(c["tile"] - 4) + 1.0 + (0.5 if c["layout"] == "row" else 0)
 
@@ -271,8 +278,7 @@ def test_a_sweep_runs_no_configuration_the_history_measured_however_fast_it_answ
     """A sweep's first range is one configuration; when the history held it, the sweep took the cache's answer for the
     program's speed, went on with the fast path and ran every other configuration again, measured or not, keeping none."""
     log = tmp_path / "runs.log"
-    (kernel / "bench.py").write_text(f"import json, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(json.dumps(c) + '\\n')\n"
-                                     "print(c['bx'] / 32 + c['tile'] + (c['layout'] == 'col') / 2)\n")
+    (kernel / "bench.py").write_text(LOGGED.format(log=str(log)))
     (kernel / "studies").mkdir()
     (kernel / "studies" / "every.json").write_text(json.dumps({"knobs": KNOBS}))       # the same plans as 'all'
     common = ("--objective", "command:bench.py", "--space", "space.t1.json", "--json", "bounded_exhaustive_search", "--profile")
@@ -317,8 +323,7 @@ def test_two_workers_sweeping_a_program_run_each_configuration_once(kernel, tmp_
     """Each worker checks the sweep's finalists at the end; those another worker measured in its ranges were not in its
     own cache (a range claims no plan), so it ran them again: 48 runs for 36 configurations."""
     log = tmp_path / "runs.log"
-    (kernel / "bench.py").write_text(f"import json, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(json.dumps(c) + '\\n')\n"
-                                     "print(c['bx'] / 32 + c['tile'] + (c['layout'] == 'col') / 2)\n")
+    (kernel / "bench.py").write_text(LOGGED.format(log=str(log)))
     out = _tuner(kernel, "--objective", "command:bench.py", "--space", "space.t1.json", "--json", "bounded_exhaustive_search",
                  "--profile", "all", "--workers", "2")
     assert out.returncode == 0, out.stderr
@@ -370,8 +375,7 @@ def test_a_search_runs_no_configuration_another_study_measured_since_it_started(
     """Two studies of one program at once (`quick` on one host, a local search on another): each read what the history
     held when it started, and ran again every configuration the other measured since."""
     log = tmp_path / "runs.log"
-    (kernel / "bench.py").write_text(f"import json, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(json.dumps(c) + '\\n')\n"
-                                     "print(c['bx'] / 32 + c['tile'] + (c['layout'] == 'col') / 2)\n")
+    (kernel / "bench.py").write_text(LOGGED.format(log=str(log)))
     space = space_from_t1(T1)
     objective = ProgramObjective(kernel, ["bench.py"], space)
     history = History(f"sqlite:///{tmp_path / 'h.db'}")
