@@ -229,10 +229,15 @@ class Space:
 
     # --- restrictions ---------------------------------------------------------------------
 
-    def values(self, idx: np.ndarray) -> dict[str, np.ndarray]:
-        """Per knob, the values of the configurations ``idx`` (plans x knobs) as arrays."""
+    def values(self, idx: np.ndarray, names: set[str]) -> dict[str, np.ndarray]:
+        """Per knob of ``names`` (in space order), the values of the configurations ``idx`` (plans x knobs) as arrays."""
         idx = np.asarray(idx)
-        return {k.name: self._tables[j][idx[:, j]] for j, k in enumerate(self.knobs)}
+        return {k.name: self._tables[j][idx[:, j]] for j, k in enumerate(self.knobs) if k.name in names}
+
+    @cached_property
+    def _reads(self) -> dict[str, set[str]]:
+        """The knobs each restriction reads: the only values it needs."""
+        return {c: names_in(c) & set(self.names) for c in self.conditions}
 
     @cached_property
     def _tables(self) -> list[np.ndarray]:
@@ -287,7 +292,7 @@ class Space:
                 i = group[i]
             return i
 
-        named = [(c, sorted(self.position[n] for n in names_in(c) if n in self.position)) for c in self.conditions]
+        named = [(c, sorted(self.position[n] for n in self._reads[c])) for c in self.conditions]
         named = [(c, positions) for c, positions in named if positions]     # one that names no knob: allowed() applies it
         for _, positions in named:
             for p in positions[1:]:
@@ -316,7 +321,7 @@ class Space:
         ok = np.ones(len(idx), dtype=bool)
         if not conditions or not len(idx):
             return ok
-        names = self.values(idx)
+        names = self.values(idx, set().union(*(self._reads[c] for c in conditions)))
         faulted = []
         for condition in conditions:
             try:
@@ -326,8 +331,8 @@ class Space:
                 faulted.append(condition)
         for condition in faulted:                          # row by row, where the other restrictions allow
             rows = np.flatnonzero(ok)
-            columns = [column[rows].tolist() for column in names.values()]            # Python values, objects as they are
-            ok[rows] = [self._allows(condition, dict(zip(names, row, strict=True))) for row in zip(*columns, strict=True)]
+            columns = {name: column[rows].tolist() for name, column in names.items()}  # Python values, objects as they are
+            ok[rows] = [self._allows(condition, {name: column[i] for name, column in columns.items()}) for i in range(len(rows))]
         return ok
 
     @staticmethod
