@@ -12,6 +12,7 @@ import numpy as np
 from tuner.space import MAX_COUPLED_MOVES, Space
 
 PAIR_STEPS = 16                     # values a nominal knob takes in a pair move (all of them when it has no more)
+REPAIR_ROWS = 1 << 16               # candidate fixes of infeasible moves built and checked at once
 NEAREST_DRAWS = 4096                # configurations drawn per level of kept values when looking for the nearest feasible one
 
 
@@ -60,17 +61,24 @@ def coupled(space: Space, center: np.ndarray, groups: tuple[tuple[int, ...], ...
     return out[(out != center).sum(axis=1) > 1]
 
 
+def _single_changes(space: Space, center: np.ndarray, near: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    """Knob and value positions of every single move from ``center``, in space order, each knob's values ascending;
+    with ``near``, ordinal knobs move one step only."""
+    knob = np.repeat(np.arange(len(space.sizes)), space.sizes)
+    value = np.arange(len(knob)) - np.repeat(np.cumsum(space.sizes) - space.sizes, space.sizes)
+    keep = value != center[knob]
+    if near:
+        keep &= ~(space.ordinal[knob] & (np.abs(value - center[knob]) > 1))
+    return knob[keep], value[keep]
+
+
 def singles(space: Space, center: np.ndarray, near: bool = False) -> np.ndarray:
     """Every configuration that differs from ``center`` in exactly one knob (space order); with ``near``,
     ordinal knobs move one step only."""
-    rows = []
-    for j, size in enumerate(space.sizes):
-        for v in range(size):
-            if v != center[j] and not (near and space.ordinal[j] and abs(v - int(center[j])) > 1):
-                row = center.copy()
-                row[j] = v
-                rows.append(row)
-    return np.array(rows, dtype=np.int16).reshape(-1, len(center))
+    knob, value = _single_changes(space, center, near)
+    rows = np.repeat(np.asarray(center, dtype=np.int16)[None], len(knob), axis=0)
+    rows[np.arange(len(knob)), knob] = value
+    return rows
 
 
 def pairs(space: Space, center: np.ndarray) -> np.ndarray:
@@ -121,21 +129,24 @@ def combined(center: np.ndarray, moves: np.ndarray, values: np.ndarray, keep: in
 def repairs(space: Space, center: np.ndarray, moves: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
     """The ``moves`` from ``center`` that ``feasible`` rules out, each made feasible by the nearest
     change to one knob it leaves alone: the coupled steps a neighbourhood of feasible moves cannot
-    take (a smaller buffer needs a shorter tile, say). At most the nearest fix per knob."""
+    take (a smaller buffer needs a shorter tile, say). At most the nearest fix per knob. The candidate
+    fixes are built and checked ``REPAIR_ROWS`` at a time, so that knobs of thousands of values cost time, not memory."""
     moves = moves[~feasible(moves)]
-    if not len(moves):
-        return np.empty((0, len(center)), dtype=np.int16)
-    fixes = [singles(space, move) for move in moves]
-    out = np.concatenate(fixes)
-    owner = np.repeat(np.arange(len(moves)), [len(f) for f in fixes])
-    knob = np.argmax(out != moves[owner], axis=1)                   # the one knob each fix changes
-    untouched = moves[owner, knob] == center[knob]
-    distance = np.where(space.ordinal[knob], np.abs(out[np.arange(len(out)), knob].astype(np.int64) - center[knob]), 1)
-    ok = untouched & feasible(out)
-    key = owner * len(center) + knob
-    nearest = np.full(len(moves) * len(center), np.iinfo(np.int64).max)
-    np.minimum.at(nearest, key[ok], distance[ok])
-    return out[ok & (distance == nearest[key])]
+    knob, value = _single_changes(space, center)                    # a fix: one knob moved from the center's value
+    distance = np.where(space.ordinal[knob], np.abs(value - center[knob]), 1)
+    out = [np.empty((0, len(center)), dtype=np.int16)]
+    per_chunk = max(1, REPAIR_ROWS // max(len(knob), 1))
+    for start in range(0, len(moves), per_chunk):
+        chunk = moves[start:start + per_chunk]
+        owner, fix = np.nonzero(chunk[:, knob] == center[knob])      # fixes of the knobs each move leaves alone
+        rows = chunk[owner]
+        rows[np.arange(len(owner)), knob[fix]] = value[fix]
+        ok = feasible(rows)
+        key = owner * len(center) + knob[fix]
+        nearest = np.full(len(chunk) * len(center), np.iinfo(np.int64).max)
+        np.minimum.at(nearest, key[ok], distance[fix][ok])
+        out.append(rows[ok & (distance[fix] == nearest[key])])
+    return np.concatenate(out)
 
 
 def nearest_feasible(space: Space, start: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray],
