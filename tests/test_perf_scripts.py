@@ -27,6 +27,7 @@ from conftest import ROOT
     ("noisy_winner.py", ["--noise", "-1"], "--noise: '-1' is not a noise fraction from 0 to 0.5"),
     ("noisy_winner.py", ["--repeats", "1"], "--repeats: the best are measured again only with --repeats above 1"),
     ("space_speed.py", ["--configs", "0"], "--configs: '0' is not a count of at least 1"),
+    ("step_speed.py", ["--repeats", "0"], "--repeats: '0' is not a count of at least 1"),
     ("workers.py", ["--workers", "1", "0"], "--workers: '0' is not a count of at least 1"),
     ("workers.py", ["--seconds", "nan"], "--seconds: 'nan' is not a number of seconds above 0"),
     ("workers.py", ["--crowd", "4", "--kills", "5"], "--kills: 5 is not between 0 and the crowd's 4 workers"),
@@ -45,6 +46,7 @@ def test_a_perf_script_refuses_what_would_run_nothing(tmp_path, script, wrong, n
     ("program_runs.py", ["--runs", "2"], "ProgramObjective.evaluate"),
     ("noisy_winner.py", ["--seeds", "1"], "overstated speedup: before"),
     ("space_speed.py", ["--configs", "10"], "configurations/s"),
+    ("step_speed.py", ["--repeats", "1"], "fixes/s"),
 ])
 def test_a_perf_script_runs_on_a_checkout_at_its_smallest(tmp_path, script, small, shown):
     """Each script builds what it measures from the checkout alone (history_reads.py copied a studies/ folder
