@@ -7,9 +7,9 @@ For each space, from a configuration its restrictions allow: the single moves, t
 their repairs (each made feasible by the nearest change to one more knob: ``neighbourhood.repairs``), with the
 candidate fixes checked to find them; then the best of ``--repeats`` times to build the singles and repair them (ms),
 the candidate fixes checked per second, and the peak memory that takes (MB, as ``tracemalloc`` sees numpy's arrays,
-in a run of its own).
-A knob of thousands of values gives each infeasible move thousands of candidate fixes: they are checked a bounded
-batch at a time (``REPAIR_ROWS``), so that the memory stays flat while the time grows with them.
+in a run of its own). A knob of thousands of values gives each infeasible move thousands of candidate fixes: only the
+knobs that a restriction links to what the move changed are tried (``Space.linked``; any knob for the tensor plan,
+whose check is its model), a bounded batch at a time (``REPAIR_ROWS``), so that the memory stays flat.
 """
 
 from __future__ import annotations
@@ -33,19 +33,26 @@ def _t1(knobs: list[tuple[str, str, int]], conditions: list[str]) -> Space:
         "Conditions": [{"Expression": c} for c in conditions]}})
 
 
-def spaces() -> list[tuple[str, Space, Callable[[np.ndarray], np.ndarray]]]:
-    """(what it is, the space, its cheap check): the tensor plan, then spaces with long value lists."""
+Check = Callable[[np.ndarray], np.ndarray]
+
+
+def spaces() -> list[tuple[str, Space, Check, tuple[tuple[int, ...], ...] | None]]:
+    """(what it is, the space, its cheap check, the groups of knobs the check reads together): the tensor plan, then
+    spaces with long value lists, as a cache or a program over them checks them."""
     tensor = BuiltinObjective()
     blocks = _t1([("block_size_x", "list(range(1, 1025))", 32), ("block_size_y", "list(range(1, 1025))", 8),
                   ("tile_x", "list(range(1, 17))", 1), ("tile_y", "list(range(1, 17))", 1)],
                  ["block_size_x * block_size_y <= 1024", "block_size_x * tile_x <= 2048"])
     wide = _t1([(f"k{i}", "list(range(1000))", 0) for i in range(64)], ["k0 % 7 != 3"])
-    return [("tensor plan (19 knobs)", tensor.space, tensor.feasible),
-            ("4 knobs of up to 1,024 values, product limits", blocks, blocks.allowed),
-            ("64 knobs of 1,000 values, one restriction", wide, wide.allowed)]
+    widest = _t1([(f"k{i}", "list(range(10000))", 5000 if i < 2 else 0) for i in range(64)], ["k0 + k1 <= 10000", "k2 * k3 <= 5000"])
+    return [("tensor plan (19 knobs)", tensor.space, tensor.feasible, tensor.linked),
+            ("4 knobs of up to 1,024 values, product limits", blocks, blocks.allowed, blocks.linked),
+            ("64 knobs of 1,000 values, one restriction", wide, wide.allowed, wide.linked),
+            ("64 knobs of 10,000 values, two restrictions", widest, widest.allowed, widest.linked)]
 
 
-def measure(space: Space, feasible: Callable[[np.ndarray], np.ndarray], repeats: int) -> tuple[int, int, int, int, float, float]:
+def measure(space: Space, feasible: Check, linked: tuple[tuple[int, ...], ...] | None,
+            repeats: int) -> tuple[int, int, int, int, float, float]:
     """Singles, infeasible ones, repaired moves, candidate fixes checked, best seconds of ``repeats``, peak MB."""
     center, checked = space.default(), []
 
@@ -58,13 +65,13 @@ def measure(space: Space, feasible: Callable[[np.ndarray], np.ndarray], repeats:
         checked.clear()
         started = time.perf_counter()
         moves = singles(space, center)
-        fixed = repairs(space, center, moves, counted)
+        fixed = repairs(space, center, moves, counted, linked)
         seconds.append(time.perf_counter() - started)
     tracemalloc.start()                             # once more, for the memory alone (tracing slows Python down)
-    repairs(space, center, singles(space, center), feasible)
+    repairs(space, center, singles(space, center), feasible, linked)
     peak = tracemalloc.get_traced_memory()[1]
     tracemalloc.stop()
-    return len(moves), int((~feasible(moves)).sum()), len(fixed), sum(checked[1:]), min(seconds), peak / 2**20
+    return len(moves), int((~feasible(moves)).sum()), len(fixed), sum(checked) - len(moves), min(seconds), peak / 2**20
 
 
 def main() -> None:
@@ -73,8 +80,8 @@ def main() -> None:
     args = parser.parse_args()
     print(f"{'space':<48}{'singles':>9}{'infeasible':>11}{'repaired':>9}{'fixes checked':>15}{'ms':>9}"
           f"{'fixes/s':>12}{'peak MB':>9}")
-    for name, space, feasible in spaces():
-        moves, infeasible, fixed, fixes, best, peak = measure(space, feasible, args.repeats)
+    for name, space, feasible, linked in spaces():
+        moves, infeasible, fixed, fixes, best, peak = measure(space, feasible, linked, args.repeats)
         print(f"{name:<48}{moves:>9,}{infeasible:>11,}{fixed:>9,}{fixes:>15,}{best * 1e3:>9.1f}{fixes / best:>12,.0f}{peak:>9.1f}")
 
 

@@ -282,9 +282,9 @@ class Space:
         return next((conditions for _, conditions, table in self._groups if table is not None and not len(table)), ())
 
     @cached_property
-    def _groups(self) -> list[tuple[np.ndarray, tuple[str, ...], np.ndarray | None]]:
-        """The knobs that restrictions link (a restriction links the knobs it names), as groups: their positions,
-        their restrictions, and the rows of their values that pass them (``None`` past ``ENUMERATED``)."""
+    def linked(self) -> tuple[tuple[int, ...], ...]:
+        """The knobs that restrictions link (a restriction links the knobs it reads), as groups of positions: a change
+        to the knobs of one group can break or mend only that group's restrictions."""
         group = list(range(len(self.knobs)))
 
         def root(i: int) -> int:
@@ -292,15 +292,20 @@ class Space:
                 i = group[i]
             return i
 
-        named = [(c, sorted(self.position[n] for n in self._reads[c])) for c in self.conditions]
-        named = [(c, positions) for c, positions in named if positions]     # one that names no knob: allowed() applies it
-        for _, positions in named:
+        read = [positions for c in self.conditions if (positions := sorted(self.position[n] for n in self._reads[c]))]
+        for positions in read:          # a restriction that reads no knob links none: allowed() applies it
             for p in positions[1:]:
                 group[root(p)] = root(positions[0])
+        return tuple(tuple(i for i in range(len(self.knobs)) if root(i) == r) for r in sorted({root(p[0]) for p in read}))
+
+    @cached_property
+    def _groups(self) -> list[tuple[np.ndarray, tuple[str, ...], np.ndarray | None]]:
+        """The groups of :attr:`linked` knobs: their positions, their restrictions, and the rows of their values that
+        pass them (``None`` past ``ENUMERATED``)."""
         out = []
-        for r in sorted({root(positions[0]) for _, positions in named}):
-            positions = np.array([i for i in range(len(self.knobs)) if root(i) == r], dtype=np.int64)
-            conditions = tuple(c for c, named_positions in named if root(named_positions[0]) == r)
+        for group in self.linked:
+            positions = np.array(group, dtype=np.int64)
+            conditions = tuple(c for c in self.conditions if any(self.position[n] in group for n in self._reads[c]))
             sizes = self.sizes[positions]
             total = prod(int(n) for n in sizes)
             table = None

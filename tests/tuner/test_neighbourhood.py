@@ -237,6 +237,28 @@ def test_the_repairs_of_moves_over_knobs_with_thousands_of_values_are_checked_a_
     assert sorted(map(tuple, fixed.tolist())) == sorted(nearest)
 
 
+@settings(max_examples=60)
+@given(sizes=st.lists(st.integers(1, 6), min_size=2, max_size=6), data=st.data())
+def test_repairs_mended_only_by_the_groups_a_move_changes_are_the_repairs_mended_by_any_knob(sizes, data):
+    """The restrictions' groups (``Space.linked``) only leave out fixes that could not mend a move: from a center the
+    restrictions allow, one that a move breaks reads a knob the move changed; from one they rule out, any knob may mend
+    what the center breaks, so every knob is tried. Same fixes, in the same order, on random spaces and centers."""
+    names = [f"k{i}" for i in range(len(sizes))]
+    def pair():
+        return data.draw(st.permutations(names))[:2]
+    templates = [lambda: "{} + {} <= {}".format(*pair(), data.draw(st.integers(0, 8))),
+                 lambda: "{} * {} != {}".format(*pair(), data.draw(st.integers(0, 6))),
+                 lambda: f"{data.draw(st.sampled_from(names))} != {data.draw(st.integers(0, 5))}"]
+    conditions = [data.draw(st.sampled_from(templates))() for _ in range(data.draw(st.integers(1, 3)))]
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": n, "Values": list(range(size))} for n, size in zip(names, sizes, strict=True)],
+        "Conditions": [{"Expression": c} for c in conditions]}})
+    center = np.array([data.draw(st.integers(0, size - 1)) for size in sizes], dtype=np.int16)
+    moves = np.concatenate([singles(space, center), coupled(space, center, ((0, 1),))])
+    grouped = repairs(space, center, moves, space.allowed, space.linked)
+    assert np.array_equal(grouped, repairs(space, center, moves, space.allowed))
+
+
 def test_the_model_of_knobs_with_thousands_of_values_stays_bounded_and_still_learns():
     """Pair cells and the failure model see a knob of 3,000 values as 32 runs of neighbouring values: a pair has
     1,024 cells, not 9 million, and the failure model 33 columns per knob, not 3,001 (before, a search on 12 such

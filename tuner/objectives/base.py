@@ -86,8 +86,11 @@ class Objective(Protocol):
     ``optimum`` is the best value any allowed configuration has in the first mode where that is known (a replayed
     cache's best recorded time), ``None`` elsewhere. ``measures`` names what it measures whatever its space's values
     and restrictions (a program with its knobs), where a history may carry its measurements over from one space to
-    another (:meth:`tuner.history.History.adopt`); ``None`` where it may not. An objective that runs a program also has ``timeout_s``, the
-    seconds one run may take: a search treats a run killed at a shorter limit as not measured yet."""
+    another (:meth:`tuner.history.History.adopt`); ``None`` where it may not. ``linked`` groups the knobs (positions) whose
+    values :meth:`feasible` reads together: a configuration it rules out is mended only by a change to a group that
+    the configuration's own changes touch (``None``: by any knob, as in the tensor plan's model). An objective that runs
+    a program also has ``timeout_s``, the seconds one run may take: a search treats a run killed at a shorter limit as
+    not measured yet."""
 
     name: str
     label: str
@@ -96,6 +99,7 @@ class Objective(Protocol):
     unit: str
     optimum: float | None
     measures: str | None
+    linked: tuple[tuple[int, ...], ...] | None
 
     def feasible(self, idx: np.ndarray) -> np.ndarray:
         """Cheap feasibility (bool per configuration) known without scoring; ``True`` where unknown."""

@@ -34,6 +34,7 @@ class BuiltinObjective:
     unit = "cycles"
     optimum = None                                     # not known: the space is too large to score whole
     measures = None                                    # its space is the model's own
+    linked = None                                      # the model's check may read any knob
 
     def __init__(self) -> None:
         self.name = f"builtin:{_task_version()}"

@@ -210,6 +210,10 @@ class CacheObjective:
     def feasible(self, idx: np.ndarray) -> np.ndarray:
         return self.space.allowed(idx)
 
+    @property
+    def linked(self) -> tuple[tuple[int, ...], ...]:
+        return self.space.linked
+
     def cycles(self, idx: np.ndarray, mode: str = MODE) -> np.ndarray:
         idx = np.asarray(idx, dtype=np.int16)
         return np.array([self._time.get(row.tobytes(), np.inf) for row in idx], dtype=np.float64)

@@ -220,6 +220,10 @@ class _Benchmark:
     def feasible(self, idx: np.ndarray) -> np.ndarray:
         return self.space.allowed(idx)
 
+    @property
+    def linked(self) -> tuple[tuple[int, ...], ...]:
+        return self.space.linked
+
     def cycles(self, idx: np.ndarray, mode: str) -> np.ndarray:
         return self.evaluate(idx, mode).cycles
 
@@ -266,6 +270,7 @@ class CommandObjective(_Benchmark):
     space = SPACE
     modes = MODES
     unit = "cycles"
+    linked = ()                                       # its check rules nothing out
 
     def __init__(self, workspace: str | Path, python: str = sys.executable, timeout_s: float = 120.0, repeats: int = 1) -> None:
         super().__init__(workspace, "benchmark.py", timeout_s, repeats)

@@ -44,7 +44,7 @@ def step_neighbours(search: Search, center: np.ndarray, rng: np.random.Generator
     near = singles(space, center, near=True)
     groups = space.coupled + tuple(p for p in model.pairs if p not in space.coupled)[:COUPLED_PAIRS]
     moves = np.concatenate([singles(space, center), coupled(space, center, groups)])
-    rest = np.concatenate([moves, repairs(space, center, moves, feasible)])
+    rest = np.concatenate([moves, repairs(space, center, moves, feasible, search.objective.linked)])
     near, rest = near[feasible(near)], rest[feasible(rest)]
     ordered = np.concatenate([near[rng.permutation(len(near))], rest[rng.permutation(len(rest))]])
     ordered = ordered[np.sort(np.unique(ordered, axis=0, return_index=True)[1])]     # each move once, where it first comes

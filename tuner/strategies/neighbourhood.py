@@ -61,23 +61,16 @@ def coupled(space: Space, center: np.ndarray, groups: tuple[tuple[int, ...], ...
     return out[(out != center).sum(axis=1) > 1]
 
 
-def _single_changes(space: Space, center: np.ndarray, near: bool = False) -> tuple[np.ndarray, np.ndarray]:
-    """Knob and value positions of every single move from ``center``, in space order, each knob's values ascending;
-    with ``near``, ordinal knobs move one step only."""
+def singles(space: Space, center: np.ndarray, near: bool = False) -> np.ndarray:
+    """Every configuration that differs from ``center`` in exactly one knob (space order, each knob's values
+    ascending); with ``near``, ordinal knobs move one step only."""
     knob = np.repeat(np.arange(len(space.sizes)), space.sizes)
     value = np.arange(len(knob)) - np.repeat(np.cumsum(space.sizes) - space.sizes, space.sizes)
     keep = value != center[knob]
     if near:
         keep &= ~(space.ordinal[knob] & (np.abs(value - center[knob]) > 1))
-    return knob[keep], value[keep]
-
-
-def singles(space: Space, center: np.ndarray, near: bool = False) -> np.ndarray:
-    """Every configuration that differs from ``center`` in exactly one knob (space order); with ``near``,
-    ordinal knobs move one step only."""
-    knob, value = _single_changes(space, center, near)
-    rows = np.repeat(np.asarray(center, dtype=np.int16)[None], len(knob), axis=0)
-    rows[np.arange(len(knob)), knob] = value
+    rows = np.repeat(np.asarray(center, dtype=np.int16)[None], int(keep.sum()), axis=0)
+    rows[np.arange(len(rows)), knob[keep]] = value[keep]
     return rows
 
 
@@ -126,27 +119,39 @@ def combined(center: np.ndarray, moves: np.ndarray, values: np.ndarray, keep: in
     return np.array(rows, dtype=np.int16).reshape(-1, len(center))
 
 
-def repairs(space: Space, center: np.ndarray, moves: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray]) -> np.ndarray:
+def repairs(space: Space, center: np.ndarray, moves: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray],
+            linked: tuple[tuple[int, ...], ...] | None = None) -> np.ndarray:
     """The ``moves`` from ``center`` that ``feasible`` rules out, each made feasible by the nearest
     change to one knob it leaves alone: the coupled steps a neighbourhood of feasible moves cannot
-    take (a smaller buffer needs a shorter tile, say). At most the nearest fix per knob. The candidate
-    fixes are built and checked ``REPAIR_ROWS`` at a time, so that knobs of thousands of values cost time, not memory."""
+    take (a smaller buffer needs a shorter tile, say). At most the nearest fix per knob, in the order of
+    the moves, then of the knobs. ``linked``: the groups of knobs (positions) that ``feasible`` reads together
+    (``None``: any knob may mend any move); a move from a center that ``feasible`` allows is mended only by a knob
+    of a group the move changes. The candidate fixes are built and checked at most ``REPAIR_ROWS`` at a time, so
+    that knobs of thousands of values cost time, not memory."""
+    if linked is not None and not feasible(center[None])[0]:        # what breaks the center may be mended anywhere
+        linked = None
     moves = moves[~feasible(moves)]
-    knob, value = _single_changes(space, center)                    # a fix: one knob moved from the center's value
-    distance = np.where(space.ordinal[knob], np.abs(value - center[knob]), 1)
-    out = [np.empty((0, len(center)), dtype=np.int16)]
-    per_chunk = max(1, REPAIR_ROWS // max(len(knob), 1))
-    for start in range(0, len(moves), per_chunk):
-        chunk = moves[start:start + per_chunk]
-        owner, fix = np.nonzero(chunk[:, knob] == center[knob])      # fixes of the knobs each move leaves alone
-        rows = chunk[owner]
-        rows[np.arange(len(owner)), knob[fix]] = value[fix]
-        ok = feasible(rows)
-        key = owner * len(center) + knob[fix]
-        nearest = np.full(len(chunk) * len(center), np.iinfo(np.int64).max)
-        np.minimum.at(nearest, key[ok], distance[fix][ok])
-        out.append(rows[ok & (distance[fix] == nearest[key])])
-    return np.concatenate(out)
+    touched = moves != center
+    owners, knobs, rows = [np.empty(0, dtype=np.int64)], [np.empty(0, dtype=np.int64)], [np.empty((0, len(center)), dtype=np.int16)]
+    for group in linked if linked is not None else (tuple(range(len(center))),):
+        mendable = np.flatnonzero(touched[:, list(group)].any(axis=1))
+        for j in (j for j in group if space.sizes[j] > 1):
+            owner = mendable[~touched[mendable, j]]
+            values = np.delete(np.arange(space.sizes[j]), center[j])              # knob j's other values
+            distance = np.abs(values - center[j]) if space.ordinal[j] else np.ones(len(values), dtype=np.int64)
+            per_chunk = max(1, REPAIR_ROWS // max(len(values), 1))
+            for start in range(0, len(owner), per_chunk):
+                chunk = owner[start:start + per_chunk]
+                fixes = np.repeat(moves[chunk], len(values), axis=0)
+                fixes[:, j] = np.tile(values, len(chunk))
+                ok = feasible(fixes).reshape(len(chunk), len(values))
+                near = np.where(ok, distance, np.iinfo(np.int64).max)
+                keep = (ok & (near == near.min(axis=1, keepdims=True))).ravel()
+                owners.append(np.repeat(chunk, len(values))[keep])
+                knobs.append(np.full(int(keep.sum()), j))
+                rows.append(fixes[keep])
+    owner, knob, fixed = np.concatenate(owners), np.concatenate(knobs), np.concatenate(rows)
+    return fixed[np.lexsort((fixed[np.arange(len(fixed)), knob], knob, owner))]
 
 
 def nearest_feasible(space: Space, start: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray],
