@@ -26,7 +26,7 @@ import numpy as np
 
 from tuner.search import Outcome, Search
 from tuner.space import WHOLE_SPACE, Space, load_profile
-from tuner.strategies.neighbourhood import pairs, singles
+from tuner.strategies.neighbourhood import pairs, row_keys, singles
 from tuner.strategies.quick import feasible_design
 
 CANDIDATES = 20_000                 # a space this size or smaller is scored whole at each ask
@@ -136,15 +136,9 @@ def _candidates(search: Search, idx: np.ndarray, values: np.ndarray, left_out: n
         pool = np.concatenate([space.draw(CANDIDATES, rng)]               # uniform among what the restrictions allow
                               + [singles(space, b) for b in best] + [pairs(space, b) for b in best[:1]])
     pool = pool.astype(np.int16)
-    keys, first = np.unique(_rows(pool), return_index=True)
-    pool = pool[first[~np.isin(keys, _rows(np.concatenate([idx, left_out]).astype(np.int16)))]]   # each once, none scored or left out
+    keys, first = np.unique(row_keys(pool), return_index=True)
+    pool = pool[first[~np.isin(keys, row_keys(np.concatenate([idx, left_out]).astype(np.int16)))]]   # each once, none scored or left out
     return pool[search.objective.feasible(pool)]
-
-
-def _rows(idx: np.ndarray) -> np.ndarray:
-    """Each row of ``idx`` as one opaque value (for set operations on configurations)."""
-    idx = np.ascontiguousarray(idx)
-    return idx.view(np.dtype((np.void, idx.dtype.itemsize * idx.shape[1]))).ravel()
 
 
 def propose(search: Search, rng: np.random.Generator, pending: np.ndarray | None = None) -> np.ndarray | None:

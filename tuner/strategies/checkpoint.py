@@ -23,7 +23,7 @@ import numpy as np
 
 from tuner.search import Outcome, Search
 from tuner.strategies.interactions import learned
-from tuner.strategies.neighbourhood import combined, coupled, grid, nearest_feasible, pairs, repairs, singles
+from tuner.strategies.neighbourhood import combined, coupled, grid, nearest_feasible, pairs, repairs, row_keys, singles
 
 PHASES = ("combined", "pair", "grid")
 STEP_BATCH = 4                      # neighbours scored per step; the first improvement among them is taken
@@ -47,7 +47,7 @@ def step_neighbours(search: Search, center: np.ndarray, rng: np.random.Generator
     rest = np.concatenate([moves, repairs(space, center, moves, feasible, search.objective.linked)])
     near, rest = near[feasible(near)], rest[feasible(rest)]
     ordered = np.concatenate([near[rng.permutation(len(near))], rest[rng.permutation(len(rest))]])
-    ordered = ordered[np.sort(np.unique(ordered, axis=0, return_index=True)[1])]     # each move once, where it first comes
+    ordered = ordered[np.sort(np.unique(row_keys(ordered), return_index=True)[1])]   # each move once, where it first comes
     idx, values = search.evaluated()
     promise = model.predict(ordered) - OPTIMISM * model.untried(center, ordered, idx[np.isfinite(values)])
     ordered = _round_robin(center, ordered, promise)
@@ -60,7 +60,7 @@ def _round_robin(center: np.ndarray, moves: np.ndarray, predicted: np.ndarray) -
     if not len(moves):
         return moves
     changed = moves != center
-    group = np.unique(changed, axis=0, return_inverse=True)[1].ravel()
+    group = np.unique(row_keys(changed), return_inverse=True)[1]        # bytes of 0 and 1: the order of the rows' values
     order = np.lexsort((predicted, group))
     rank = np.empty(len(moves), dtype=np.int64)
     starts = np.r_[0, np.flatnonzero(np.diff(group[order])) + 1]
