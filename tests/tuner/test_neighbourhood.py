@@ -299,6 +299,18 @@ def test_a_local_search_from_a_start_that_the_restrictions_rule_out_far_around_s
     assert outcome.best is not None and outcome.best.value == 1.0
 
 
+def test_single_moves_per_knob_are_the_values_nearest_the_centers():
+    wide = space_from_t1({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "a", "Values": "list(range(3000))"}, {"Name": "c", "Values": [f"v{i}" for i in range(1000)]},
+        {"Name": "t", "Values": [1, 2, 3]}]}})
+    center = np.array([1500, 998, 0], dtype=np.int16)
+    moves = singles(wide, center, per_knob=10)
+    assert ((moves != center).sum(axis=1) == 1).all() and len(moves) == 10 + 10 + 2
+    assert set(moves[:, 0]) - {1500} == set(range(1495, 1506)) - {1500}          # 5 either side
+    assert set(moves[:, 1]) - {998} == set(range(989, 1000)) - {998}             # at the end: the 10 below it, and 999
+    assert np.array_equal(singles(wide, center, per_knob=3000), singles(wide, center))
+
+
 def test_pairs_move_two_knobs_ordinal_ones_one_step():
     toy = space_from_t1({"ConfigurationSpace": {"TuningParameters": [
         {"Name": "a", "Values": [1, 2, 4, 8]}, {"Name": "b", "Values": [1, 2, 4]}, {"Name": "c", "Values": ["x", "y", "z"]}]}})

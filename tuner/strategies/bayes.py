@@ -30,6 +30,8 @@ from tuner.strategies.neighbourhood import pairs, row_keys, singles
 from tuner.strategies.quick import feasible_design
 
 CANDIDATES = 20_000                 # a space this size or smaller is scored whole at each ask
+NOMINAL = 1 / math.sqrt(2)          # a nominal knob's one-hot column value: two values differ by distance 1
+PREDICTED = 1 << 22                 # floats of the candidates' inputs or kernels held at once (32 MB each)
 WINDOW = 200                        # evaluations the processes hold at most (an ask costs O(WINDOW**3))
 SCALES = np.geomspace(0.05, 5.0, 9)     # length scales tried per knob (positions span 0 to 1)
 NOISES = (1e-4, 1e-3, 1e-2, 1e-1)       # noise variances tried (standardised log-values)
@@ -44,7 +46,7 @@ def features(space: Space, idx: np.ndarray) -> tuple[np.ndarray, list[slice]]:
     columns, spans, start = [], [], 0
     for j, (size, ordinal) in enumerate(zip(space.sizes, space.ordinal, strict=True)):
         if size > 1:
-            columns.append(idx[:, j:j + 1] / (size - 1) if ordinal else np.eye(size)[idx[:, j]] / math.sqrt(2))
+            columns.append(idx[:, j:j + 1] / (size - 1) if ordinal else np.eye(size)[idx[:, j]] * NOMINAL)
             spans.append(slice(start, start + columns[-1].shape[1]))
             start += columns[-1].shape[1]
     return np.concatenate(columns, axis=1) if columns else np.zeros((len(idx), 0)), spans
@@ -93,8 +95,10 @@ class Process:
 def fitted(x: np.ndarray, y: np.ndarray, spans: list[slice]) -> Process:
     """The process on ``x`` and ``y`` with the length scales (per knob) and noise of the best marginal likelihood
     found coordinate-wise over ``SCALES`` and ``NOISES``, from unit scales and noise 1e-2. Each knob's squared
-    distances are computed once: a trial scale changes one term of their sum."""
-    parts = [((x[:, None, span] - x[None, :, span]) ** 2).sum(-1) for span in spans]
+    distances are computed once: a trial scale changes one term of their sum (a nominal knob's from the value each
+    column block holds, so that a knob of thousands of values costs no cube of them)."""
+    parts = [((x[:, None, span] - x[None, :, span]) ** 2).sum(-1) if span.stop - span.start == 1
+             else (np.not_equal.outer(value := x[:, span].argmax(1), value) * (2 * NOMINAL**2)) for span in spans]
 
     def attempt(scale: np.ndarray, sq: np.ndarray, noise: float) -> Process | None:
         try:
@@ -128,13 +132,17 @@ def _window(values: np.ndarray) -> np.ndarray:
 
 
 def _candidates(search: Search, idx: np.ndarray, values: np.ndarray, left_out: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """What an ask scores: the whole space up to ``CANDIDATES`` configurations; else ``CANDIDATES`` drawn among those
+    the restrictions allow, the single moves of the ``LOCAL_STARTS`` best (each knob to its ``CANDIDATES / knobs``
+    values nearest the best's) and the pair moves of the best. Each once, none scored or left out, all feasible."""
     space = search.space
     if space.size <= CANDIDATES:
         pool = load_profile(WHOLE_SPACE, space).plans(0, space.size)
     else:
         best = [idx[i] for i in np.argsort(values, kind="stable")[:LOCAL_STARTS] if np.isfinite(values[i])]
         pool = np.concatenate([space.draw(CANDIDATES, rng)]               # uniform among what the restrictions allow
-                              + [singles(space, b) for b in best] + [pairs(space, b) for b in best[:1]])
+                              + [singles(space, b, per_knob=CANDIDATES // len(space.knobs)) for b in best]
+                              + [pairs(space, b) for b in best[:1]])
     pool = pool.astype(np.int16)
     keys, first = np.unique(row_keys(pool), return_index=True)
     pool = pool[first[~np.isin(keys, row_keys(np.concatenate([idx, left_out]).astype(np.int16)))]]   # each once, none scored or left out
@@ -154,19 +162,23 @@ def propose(search: Search, rng: np.random.Generator, pending: np.ndarray | None
     if not len(pool) or ok.sum() < 2:
         return pool[rng.integers(len(pool))] if len(pool) else None
     x, spans = features(space, idx)
-    at, _ = features(space, pool)
     logs = np.log(values[ok])
     y = np.zeros(len(values))
     y[ok] = (logs - logs.mean()) / (logs.std() or 1.0)
     y[~ok] = y[ok].max()                            # a failure counts as the worst value seen: steps away from it
     value = fitted(x, y, spans)
-    mean, sd = value.predict(matern(squared(at, x, value.scale)))
-    z = (y[ok].min() - mean) / sd
-    gain = sd * (z * 0.5 * (1 + _erf(z / math.sqrt(2))) + np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi))
-    if not ok.all():
-        failed = (~ok).astype(float)
-        failure = fitted(x, failed - failed.mean(), spans)
-        gain *= 1 - np.clip(matern(squared(at, x, failure.scale)) @ failure.alpha + failed.mean(), 0, 1)
+    failed = (~ok).astype(float)
+    failure = None if ok.all() else fitted(x, failed - failed.mean(), spans)
+    gain = np.empty(len(pool))
+    rows = max(1, PREDICTED // max(x.shape[1], len(x)))         # candidates predicted at once
+    for start in range(0, len(pool), rows):
+        at, _ = features(space, pool[start:start + rows])
+        mean, sd = value.predict(matern(squared(at, x, value.scale)))
+        z = (y[ok].min() - mean) / sd
+        part = sd * (z * 0.5 * (1 + _erf(z / math.sqrt(2))) + np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi))
+        if failure is not None:
+            part *= 1 - np.clip(matern(squared(at, x, failure.scale)) @ failure.alpha + failed.mean(), 0, 1)
+        gain[start:start + rows] = part
     return pool[int(np.argmax(gain))]
 
 

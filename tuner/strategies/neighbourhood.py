@@ -68,14 +68,19 @@ def row_keys(idx: np.ndarray) -> np.ndarray:
     return idx.view(np.dtype((np.void, idx.dtype.itemsize * idx.shape[1]))).ravel()
 
 
-def singles(space: Space, center: np.ndarray, near: bool = False) -> np.ndarray:
+def singles(space: Space, center: np.ndarray, near: bool = False, per_knob: int | None = None) -> np.ndarray:
     """Every configuration that differs from ``center`` in exactly one knob (space order, each knob's values
-    ascending); with ``near``, ordinal knobs move one step only."""
+    ascending); with ``near``, ordinal knobs move one step only; with ``per_knob``, each knob moves to at most that
+    many values, those nearest the center's by position."""
     knob = np.repeat(np.arange(len(space.sizes)), space.sizes)
     value = np.arange(len(knob)) - np.repeat(np.cumsum(space.sizes) - space.sizes, space.sizes)
     keep = value != center[knob]
     if near:
         keep &= ~(space.ordinal[knob] & (np.abs(value - center[knob]) > 1))
+    if per_knob is not None:                        # the positions _around() gives, the center's own among them
+        count = per_knob + 1
+        start = np.minimum(np.maximum(np.asarray(center, dtype=np.int64) - count // 2, 0), np.maximum(space.sizes - count, 0))
+        keep &= (value >= start[knob]) & (value < start[knob] + count)
     rows = np.repeat(np.asarray(center, dtype=np.int16)[None], int(keep.sum()), axis=0)
     rows[np.arange(len(rows)), knob[keep]] = value[keep]
     return rows
