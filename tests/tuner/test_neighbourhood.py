@@ -237,26 +237,46 @@ def test_the_repairs_of_moves_over_knobs_with_thousands_of_values_are_checked_a_
     assert sorted(map(tuple, fixed.tolist())) == sorted(nearest)
 
 
+def _repaired_by_definition(space, center: np.ndarray, moves: np.ndarray, feasible) -> np.ndarray:
+    """What ``repairs`` returns, written as its contract reads: for each infeasible move in turn, for each knob it
+    leaves alone, every value of that knob the check allows at the least distance from the center's."""
+    candidates = [(i, j, v) for i, move in enumerate(moves[~feasible(moves)]) for j in range(len(center))
+                  if move[j] == center[j] for v in range(space.sizes[j]) if v != center[j]]
+    rows = np.array([np.where(np.arange(len(center)) == j, v, moves[~feasible(moves)][i]) for i, j, v in candidates],
+                    dtype=np.int16).reshape(-1, len(center))
+    allowed = feasible(rows)
+    def distance(j, v):
+        return abs(v - int(center[j])) if space.ordinal[j] else 1
+    least = {}
+    for (i, j, v), ok in zip(candidates, allowed, strict=True):
+        if ok:
+            least[i, j] = min(least.get((i, j), np.inf), distance(j, v))
+    return rows[[ok and distance(j, v) == least[i, j] for (i, j, v), ok in zip(candidates, allowed, strict=True)]]
+
+
 @settings(max_examples=60)
-@given(sizes=st.lists(st.integers(1, 6), min_size=2, max_size=6), data=st.data())
-def test_repairs_mended_only_by_the_groups_a_move_changes_are_the_repairs_mended_by_any_knob(sizes, data):
-    """The restrictions' groups (``Space.linked``) only leave out fixes that could not mend a move: from a center the
-    restrictions allow, one that a move breaks reads a knob the move changed; from one they rule out, any knob may mend
-    what the center breaks, so every knob is tried. Same fixes, in the same order, on random spaces and centers."""
+@given(sizes=st.lists(st.integers(1, 24), min_size=2, max_size=5), data=st.data())
+def test_repairs_are_the_nearest_fixes_whichever_knobs_and_rings_they_try(sizes, data):
+    """``repairs`` tries only the knobs of the restriction groups a move changes (``Space.linked``; from a center the
+    restrictions rule out, every knob: any may mend what the center breaks), and an ordinal knob's values in rings of
+    growing distance; neither changes what it returns. Same fixes, in the same order, as the contract written out one
+    candidate at a time, on random spaces, restrictions and centers."""
     names = [f"k{i}" for i in range(len(sizes))]
     def pair():
         return data.draw(st.permutations(names))[:2]
-    templates = [lambda: "{} + {} <= {}".format(*pair(), data.draw(st.integers(0, 8))),
-                 lambda: "{} * {} != {}".format(*pair(), data.draw(st.integers(0, 6))),
+    templates = [lambda: "{} + {} <= {}".format(*pair(), data.draw(st.integers(0, 60))),
+                 lambda: "{} * {} != {}".format(*pair(), data.draw(st.integers(0, 30))),
+                 lambda: "{} * {} <= {}".format(*pair(), data.draw(st.integers(0, 300))),
                  lambda: f"{data.draw(st.sampled_from(names))} != {data.draw(st.integers(0, 5))}"]
     conditions = [data.draw(st.sampled_from(templates))() for _ in range(data.draw(st.integers(1, 3)))]
     space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [
-        {"Name": n, "Values": list(range(size))} for n, size in zip(names, sizes, strict=True)],
-        "Conditions": [{"Expression": c} for c in conditions]}})
+        {"Name": n, "Values": list(range(size)), "Kind": data.draw(st.sampled_from(["ordinal", "nominal"]))}
+        for n, size in zip(names, sizes, strict=True)], "Conditions": [{"Expression": c} for c in conditions]}})
     center = np.array([data.draw(st.integers(0, size - 1)) for size in sizes], dtype=np.int16)
     moves = np.concatenate([singles(space, center), coupled(space, center, ((0, 1),))])
-    grouped = repairs(space, center, moves, space.allowed, space.linked)
-    assert np.array_equal(grouped, repairs(space, center, moves, space.allowed))
+    expected = _repaired_by_definition(space, center, moves, space.allowed)
+    assert np.array_equal(repairs(space, center, moves, space.allowed, space.linked), expected)
+    assert np.array_equal(repairs(space, center, moves, space.allowed), expected)
 
 
 def test_the_model_of_knobs_with_thousands_of_values_stays_bounded_and_still_learns():

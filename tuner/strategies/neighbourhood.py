@@ -13,6 +13,7 @@ from tuner.space import MAX_COUPLED_MOVES, Space
 
 PAIR_STEPS = 16                     # values a nominal knob takes in a pair move (all of them when it has no more)
 REPAIR_ROWS = 1 << 16               # candidate fixes of infeasible moves built and checked at once
+REPAIR_RING = 16                    # distance (positions) of an ordinal knob's first ring of candidate fixes
 NEAREST_DRAWS = 4096                # configurations drawn per level of kept values when looking for the nearest feasible one
 
 
@@ -138,8 +139,7 @@ def repairs(space: Space, center: np.ndarray, moves: np.ndarray, feasible: Calla
     take (a smaller buffer needs a shorter tile, say). At most the nearest fix per knob, in the order of
     the moves, then of the knobs. ``linked``: the groups of knobs (positions) that ``feasible`` reads together
     (``None``: any knob may mend any move); a move from a center that ``feasible`` allows is mended only by a knob
-    of a group the move changes. The candidate fixes are built and checked at most ``REPAIR_ROWS`` at a time, so
-    that knobs of thousands of values cost time, not memory."""
+    of a group the move changes. Knobs of thousands of values cost time, not memory (:func:`_nearest_fixes`)."""
     if linked is not None and not feasible(center[None])[0]:        # what breaks the center may be mended anywhere
         linked = None
     moves = moves[~feasible(moves)]
@@ -148,22 +148,40 @@ def repairs(space: Space, center: np.ndarray, moves: np.ndarray, feasible: Calla
     for group in linked if linked is not None else (tuple(range(len(center))),):
         mendable = np.flatnonzero(touched[:, list(group)].any(axis=1))
         for j in (j for j in group if space.sizes[j] > 1):
-            owner = mendable[~touched[mendable, j]]
-            values = np.delete(np.arange(space.sizes[j]), center[j])              # knob j's other values
-            distance = np.abs(values - center[j]) if space.ordinal[j] else np.ones(len(values), dtype=np.int64)
-            per_chunk = max(1, REPAIR_ROWS // max(len(values), 1))
-            for start in range(0, len(owner), per_chunk):
-                chunk = owner[start:start + per_chunk]
-                fixes = np.repeat(moves[chunk], len(values), axis=0)
-                fixes[:, j] = np.tile(values, len(chunk))
-                ok = feasible(fixes).reshape(len(chunk), len(values))
-                near = np.where(ok, distance, np.iinfo(np.int64).max)
-                keep = (ok & (near == near.min(axis=1, keepdims=True))).ravel()
-                owners.append(np.repeat(chunk, len(values))[keep])
-                knobs.append(np.full(int(keep.sum()), j))
-                rows.append(fixes[keep])
+            owner, fixes = _nearest_fixes(space, center, moves, mendable[~touched[mendable, j]], j, feasible)
+            owners.append(owner)
+            knobs.append(np.full(len(owner), j))
+            rows.append(fixes)
     owner, knob, fixed = np.concatenate(owners), np.concatenate(knobs), np.concatenate(rows)
     return fixed[np.lexsort((fixed[np.arange(len(fixed)), knob], knob, owner))]
+
+
+def _nearest_fixes(space: Space, center: np.ndarray, moves: np.ndarray, owner: np.ndarray, j: int,
+                   feasible: Callable[[np.ndarray], np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+    """The fixes of the moves ``moves[owner]`` that change knob ``j`` from the center's value to the nearest ones
+    ``feasible`` allows (both, where two are as near), with the move each fixes. An ordinal knob's values are tried in
+    rings of growing distance (``REPAIR_RING``, then 4 times as far each time) and a move leaves once a ring mends it;
+    each ring's candidates are built and checked at most ``REPAIR_ROWS`` at a time."""
+    values = np.delete(np.arange(space.sizes[j]), center[j])                  # knob j's other values
+    distance = np.abs(values - center[j]) if space.ordinal[j] else np.ones(len(values), dtype=np.int64)
+    owners, rows, reach = [np.empty(0, dtype=np.int64)], [np.empty((0, len(center)), dtype=np.int16)], 0
+    while len(owner) and reach < distance.max():
+        limit = max(REPAIR_RING, 4 * reach)
+        ring = (distance > reach) & (distance <= limit)
+        near, reach, unmended = distance[ring], limit, []
+        per_chunk = max(1, REPAIR_ROWS // max(len(near), 1))
+        for start in range(0, len(owner), per_chunk):
+            chunk = owner[start:start + per_chunk]
+            fixes = np.repeat(moves[chunk], len(near), axis=0)
+            fixes[:, j] = np.tile(values[ring], len(chunk))
+            ok = feasible(fixes).reshape(len(chunk), len(near))
+            nearest = np.where(ok, near, np.iinfo(np.int64).max)
+            keep = (ok & (nearest == nearest.min(axis=1, keepdims=True))).ravel()
+            owners.append(np.repeat(chunk, len(near))[keep])
+            rows.append(fixes[keep])
+            unmended.append(chunk[~ok.any(axis=1)])
+        owner = np.concatenate(unmended)
+    return np.concatenate(owners), np.concatenate(rows)
 
 
 def nearest_feasible(space: Space, start: np.ndarray, feasible: Callable[[np.ndarray], np.ndarray],
