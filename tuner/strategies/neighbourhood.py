@@ -78,10 +78,9 @@ def singles(space: Space, center: np.ndarray, near: bool = False, per_knob: int 
     keep = value != center[knob]
     if near:
         keep &= ~(space.ordinal[knob] & (np.abs(value - center[knob]) > 1))
-    if per_knob is not None:                        # the positions _around() gives, the center's own among them
-        count = per_knob + 1
-        start = np.minimum(np.maximum(np.asarray(center, dtype=np.int64) - count // 2, 0), np.maximum(space.sizes - count, 0))
-        keep &= (value >= start[knob]) & (value < start[knob] + count)
+    if per_knob is not None:                        # each knob's positions _around() the center's, its own among them
+        window = [_around(int(size), int(at), per_knob + 1) for size, at in zip(space.sizes, center, strict=True)]
+        keep &= (value >= np.array([w.start for w in window])[knob]) & (value < np.array([w.stop for w in window])[knob])
     rows = np.repeat(np.asarray(center, dtype=np.int16)[None], int(keep.sum()), axis=0)
     rows[np.arange(len(rows)), knob[keep]] = value[keep]
     return rows
