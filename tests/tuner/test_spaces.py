@@ -380,6 +380,9 @@ def _gz(data) -> bytes:
     (gzip.compress(b'{"tune_params": {"a": [1], "a": [2]}, "cache": {}}'), "is not valid JSON: key 'a' appears twice in one object"),
     (_gz({"tune_params": {"a": [1, 10**400]}, "tune_params_keys": ["a"], "cache": {}}), "knob 'a': value 1000000"),
     (_gz({"tune_params": {"a": [1, float("nan")]}, "tune_params_keys": ["a"], "cache": {}}), "knob 'a': value NaN is not allowed"),
+    (_gz({"tune_params": {"a": [1, 2]}, "objective": "score",       # a hyperparameter tuning's cache: no time, its score
+          "cache": {"1": {"a": 1, "score": 0.2, "scores": [0.2]}, "2": {"a": 2, "score": -0.4, "scores": [-0.4]}}}),
+     "its records hold no time, the value the tuner replays (ms, lower is better), but its objective 'score'"),
 ])
 def test_bad_caches_exit_2_with_one_line_and_write_nothing(tmp_path, content, fragment):
     (tmp_path / "c.json.gz").write_bytes(content)

@@ -56,6 +56,12 @@ def _kernel_tuner(data: dict[str, Any], source: str) -> tuple[Space, Records, st
         if not isinstance(record, dict):
             raise SpaceError(f"{source}: cache record {str(key)[:40]!r} is not an object")
         out.append((record, record.get(MODE, NO_VALUE.format(MODE))))    # the record configures its knobs
+    named = data.get("objective")
+    if (isinstance(named, str) and named != MODE and any(named in record for record, _ in out)
+            and not any(MODE in record for record, _ in out)):
+        raise SpaceError(f"{source}: its records hold no time, the value the tuner replays (ms, lower is better), but "
+                         f"its objective {named[:40]!r}, which the tuner does not replay: whether more or less of it is "
+                         "better, the file does not say")
     return space, out, MODE, "ms"
 
 
