@@ -4,7 +4,8 @@ Strategies only propose configurations (index vectors of the objective's space);
 filters out what is cheaply known infeasible, answers what the history already holds from the
 cache, claims the rest (:mod:`tuner.claims`: workers on other processes and hosts share the study
 and its budget, and never score a plan twice), scores them in batches, tracks the best correct
-configuration, learns what the other workers scored, shows progress and writes history in bulk.
+configuration, learns what the other workers scored, shows progress (a bar on a terminal, else a log
+line every ``PROGRESS_S`` seconds) and writes history in bulk.
 Nothing here knows a knob.
 """
 
@@ -36,6 +37,7 @@ THIN_EVERY = 20                     # (every evaluation stays in tuner_members: 
 SYNC_S = 1.0                        # how often a search reads what the study's other workers scored
 POLL_S = 1.0                        # the longest wait between looks at work other workers are finishing
 REASONS_SHOWN = 3                   # the most common failure reasons a search's result lists
+PROGRESS_S = 30.0                   # how often a search logs where it stands when no terminal shows its progress bar
 
 @dataclass(frozen=True)
 class Spec:
@@ -126,7 +128,7 @@ class Search:
 
     def __init__(self, history: History, objective: Objective, spec: Spec, progress: Progress | None = None,
                  should_stop: Callable[[], bool] | None = None, flush_every: int = 256, flush_seconds: float = 2.0,
-                 worker: int | None = None) -> None:
+                 worker: int | None = None, log: Callable[[str], None] | None = None) -> None:
         self.history, self.objective, self.spec, self.space = history, objective, spec, objective.space
         self.held_out_mode = objective.modes[1] if spec.include_final and len(objective.modes) > 1 else None
         self.name = spec.study_name(objective.name)
@@ -167,9 +169,13 @@ class Search:
         self.sync()                                         # resume: what earlier runs (and other workers) saw
         self._external_progress = progress
         self._should_stop = should_stop
+        label = spec.strategy if worker is None else f"{spec.strategy} worker {worker}"
         self._bar = tqdm(total=spec.max_evals, initial=min(self.evaluations, spec.max_evals), unit="eval", leave=False,
-                         desc=spec.strategy if worker is None else f"{spec.strategy} worker {worker}", position=worker or 0,
-                         disable=not sys.stderr.isatty(), file=sys.stderr)        # a line of its own for each local worker
+                         desc=label, position=worker or 0, disable=not sys.stderr.isatty(),
+                         file=sys.stderr)        # a line of its own for each local worker
+        # where no terminal shows the bar (a pipe, a log file, an agent's shell): a line every PROGRESS_S seconds
+        self._log = (lambda line: log(f"{label}: {line}")) if log is not None and self._bar.disable else None
+        self._logged = self.started
 
     # --- budgets ----------------------------------------------------------------------------
 
@@ -253,6 +259,9 @@ class Search:
                     row = self.cache[h]
                     self._accept(row.idx, h, row.cycles, row.correct, row.max_abs, attrs, cached=True)
             self._score([chunk[h] for h in chunk if h in granted and h not in self.cache], idx, attrs, counted)
+            if self._log is not None and (now := time.monotonic()) - self._logged >= PROGRESS_S:
+                self._logged = now
+                self._log(self.standing(now))
             if self.one_by_one and time.monotonic() - self._last_flush >= self.flush_seconds:
                 self.flush()                                # a batch of a program's runs is kept as it goes, not at its end
         if others or time.monotonic() - self._last_sync >= SYNC_S:
@@ -366,6 +375,14 @@ class Search:
         if improves:
             self.best = Candidate(idx.copy(), value, True)
             self.report(self.evaluations, self.spec.max_evals, f"best {shown(value)}")
+
+    def standing(self, now: float) -> str:
+        """Where the search stands: its evaluations against the budgets, failures, best value so far."""
+        spec, failed = self.spec, sum(self.failures.values())
+        best = f"{shown(self.best.value)} {self.objective.unit}" if self.best is not None else "none yet"
+        return (f"{self.evaluations:,} of at most {spec.max_evals:,} evaluations ({self.scored:,} new, {failed:,} of them "
+                f"failed), best {spec.mode} {best}, {now - self.started:,.0f} s"
+                + (f" of {spec.time_s:,.0f} s" if spec.time_s is not None else ""))
 
     def flush(self, progress: dict[str, Any] | None = None, state: str = "running") -> None:
         """Write pending evaluations, trials and the resume point in one transaction."""

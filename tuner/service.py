@@ -423,7 +423,8 @@ def _search(ctx: Context, spec: Spec) -> dict[str, Any]:
     require_some_configuration(ctx)
     if ctx.checking:
         return {}
-    search = Search(ctx.history, ctx.objective, spec, progress=ctx.progress, should_stop=ctx.should_stop, worker=ctx.worker)
+    search = Search(ctx.history, ctx.objective, spec, progress=ctx.progress, should_stop=ctx.should_stop, worker=ctx.worker,
+                    log=ctx.log)
     try:                                            # a search that converged before has nothing left to do: it reports
         outcome: Outcome = search.finish(search.top(), "converged") if search.converged else STRATEGIES[spec.strategy](search)
     except KeyboardInterrupt:

@@ -398,6 +398,29 @@ COMMAND_ARGS = {"repeated_evaluation": ["--candidate", "best.json", "--repeats",
                 "apply_candidate": ["--plan", "best.json"], "run": ["--time-s", "60"]}
 
 
+def test_a_search_that_no_terminal_shows_logs_where_it_stands_as_it_goes(tmp_path, capsys, monkeypatch):
+    """Where stderr is no terminal (an agent's shell, a log file, CI) no progress bar shows, and a search of a slow
+    kernel said nothing until it ended. It logs where it stands every ``PROGRESS_S`` seconds (0 here: after each
+    batch it scores); its result on stdout is unchanged."""
+    from conftest import toy_cache
+
+    from tuner import search
+    from tuner.cli import main
+
+    toy_cache(tmp_path, {(32, 1): 3.0, (64, 1): 2.0, (64, 2): "RuntimeFailedConfig", (128, 1): 4.0, (128, 2): 1.5})
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(search, "PROGRESS_S", 0.0)
+    assert main(["--workspace", str(tmp_path), "--objective", "cache:toy.json.gz", "--json", "search_plans", "--max-evals", "5"]) == 0
+    out, log = capsys.readouterr()
+    result = json.loads(out)
+    line = re.compile(r"quick: (\d) of at most 5 evaluations \((\d) new, (\d) of them failed\), best time (\S+) ms, \d+ s")
+    standing = [line.fullmatch(text) for text in log.splitlines()]
+    assert standing and all(standing), log
+    counts = [int(m[1]) for m in standing]
+    assert counts == sorted(counts) and counts[-1] == result["evaluations"] == 5, log
+    assert int(standing[-1][3]) == result["failed"] == 1 and float(standing[-1][4]) == result["best"]["time"] == 1.5, log
+
+
 def test_the_main_job_on_a_cache_tunes_from_the_space_s_default_and_writes_the_best_configuration(tmp_path, capsys, monkeypatch):
     from conftest import toy_cache
 
