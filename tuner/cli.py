@@ -4,7 +4,8 @@ Exit status: 0 done; 1 the tool refused (the gate failed, the plan is invalid) o
 failed (a search in which no configuration ran); 2 bad input, with one clear line on stderr; 130 interrupted
 (Ctrl-C), 143 terminated (SIGTERM, as sent by ``timeout``, a job scheduler or ``kill``), 129 hung up (SIGHUP: the
 terminal or SSH session closed), each with one line saying the progress is saved and how to resume. No user-reachable
-path prints a traceback.
+path prints a traceback: a failure none of the checks foresaw (a bug) is one line too, and exit status 1
+(``TUNER_TRACEBACK=1`` prints its traceback first).
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import os
 import signal
 import sys
 import threading
+import traceback
 from collections.abc import Callable
 from typing import Any
 
@@ -34,6 +36,7 @@ from tuner.workspace import LIMITS, MAX_PATH_CHARS, OUTPUT_DIR, RESULT_PATH, Wor
 
 INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, SpaceError, HistoryUnavailable, WorkersError)
 MAX_WORKERS = 256
+TRACEBACK_ENV = "TUNER_TRACEBACK"   # set: a bug's traceback is printed before its one line
 GLOBAL_OPTIONS = ("workspace", "history", "outage_s", "objective", "space", "timeout_s", "objective_repeats", "json", "command",
                   "workers", "worker_env")   # not tool arguments
 NAMED_SIGNALS = frozenset(signal.Signals)
@@ -490,10 +493,17 @@ def main(argv: list[str] | None = None) -> int:
     (:mod:`tuner.stopping`; in the main thread)."""
     argv = sys.argv[1:] if argv is None else argv
     args = parser().parse_args(argv)
-    if threading.current_thread() is not threading.main_thread():
-        return _command(args, argv)
-    with stopping.on():
-        return _command(args, argv)
+    try:
+        if threading.current_thread() is not threading.main_thread():
+            return _command(args, argv)
+        with stopping.on():
+            return _command(args, argv)
+    except Exception as exc:                        # none of the failures foreseen above: a bug of the tuner's
+        if os.environ.get(TRACEBACK_ENV):
+            traceback.print_exc()
+        print(f"tuner {args.command}: internal error, a bug of the tuner's ({TRACEBACK_ENV}=1 shows where): "
+              f"{exc.__class__.__name__}: {first_line(exc)[:300]}", file=sys.stderr)
+        return 1
 
 
 def _command(args: argparse.Namespace, argv: list[str]) -> int:

@@ -132,6 +132,26 @@ def test_bad_input_whose_message_quotes_line_breaks_is_still_one_line(workspace,
     assert capsys.readouterr().err == "tuner rank_experiments: error: a record says 'first second'\n"
 
 
+def test_a_failure_no_check_foresaw_is_one_line_and_its_traceback_only_when_asked(workspace, capsys, monkeypatch):
+    """A bug of the tuner's printed Python's traceback; now one line naming it, and exit status 1. ``TUNER_TRACEBACK=1``
+    prints the traceback first, for whoever reports the bug."""
+    from tuner.cli import COMMANDS, TRACEBACK_ENV, main
+
+    def broken(*args, **kwargs):
+        return {}["missing"]
+
+    monkeypatch.setitem(COMMANDS, "rank_experiments", (broken, *COMMANDS["rank_experiments"][1:]))
+    monkeypatch.delenv(TRACEBACK_ENV, raising=False)
+    assert main(["--workspace", str(workspace), "rank_experiments"]) == 1
+    assert capsys.readouterr().err == ("tuner rank_experiments: internal error, a bug of the tuner's (TUNER_TRACEBACK=1 shows "
+                                       "where): KeyError: 'missing'\n")
+    monkeypatch.setenv(TRACEBACK_ENV, "1")
+    assert main(["--workspace", str(workspace), "rank_experiments"]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("Traceback (most recent call last):") and 'return {}["missing"]' in err, err
+    assert err.endswith("internal error, a bug of the tuner's (TUNER_TRACEBACK=1 shows where): KeyError: 'missing'\n"), err
+
+
 def test_repeats_after_a_search_command_is_the_objective_s_and_after_a_gate_command_the_gate_s():
     from tuner.cli import parser
 
