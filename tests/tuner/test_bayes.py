@@ -140,11 +140,28 @@ def test_a_proposal_another_worker_is_scoring_is_left_out_until_its_value_arrive
     a.close()
 
 
+def test_a_wide_nominal_knob_is_one_input_at_the_distance_its_one_hot_columns_would_give(tmp_path):
+    """Two values of a nominal knob lie one unit apart. Past ``WIDE`` values a knob is one input, its value, compared:
+    one-hot columns, one per value, made an ask on three knobs of 3,000 values 15 s, spent multiplying them. The
+    distances are the same either way, as a loop over the knobs computes them."""
+    params = {"bx": [16, 32, 64, 128], "mode": ["a", "b", "c"], "variant": [f"k{i}" for i in range(bayes.WIDE + 24)]}
+    space = CacheObjective(toy_cache(tmp_path, {(16, "a", "k0"): 1.0}, tune_params=params)).space
+    rng = np.random.default_rng(3)
+    a, b = space.uniform(40, rng), space.uniform(30, rng)
+    x_a, spans, by_value = bayes.features(space, a)
+    x_b = bayes.features(space, b)[0]
+    assert [s.stop - s.start for s in spans] == [1, 3, 1] and by_value.tolist() == [False, False, False, False, True]
+    scale = np.array([0.3, 1.7, 1.7, 1.7, 0.8])                          # a knob's columns share its length scale
+    expected = ((a[:, 0, None] - b[None, :, 0]) / 3 / 0.3) ** 2
+    expected += (a[:, 1, None] != b[None, :, 1]) / 1.7 ** 2 + (a[:, 2, None] != b[None, :, 2]) / 0.8 ** 2
+    assert np.allclose(bayes.squared(x_a, x_b, scale, by_value), expected)
+
+
 def test_an_ask_on_nominal_knobs_of_thousands_of_values_holds_its_candidates_a_bounded_batch_at_a_time(tmp_path):
-    """A nominal knob is a block of one-hot columns, one per value: three knobs of 3,000 values made each of the
+    """A nominal knob was a block of one-hot columns, one per value: three knobs of 3,000 values made each of the
     ask's 47,000 candidates 9,000 inputs wide, and one ask took 9.9 GB (a search of 14 evaluations on such a space,
-    10 GB and 46 s). The candidates are predicted a bounded batch at a time, the processes' distances read from the
-    values each block holds, and each knob's single moves from the best are its values nearest the best's."""
+    10 GB and 46 s). The candidates are predicted a bounded batch at a time, and each knob's single moves from the
+    best are its values nearest the best's."""
     params = {f"n{i}": [f"v{j}" for j in range(3000)] for i in range(3)} | {"x": list(range(10))}
     rng = np.random.default_rng(0)
     configs = (rng.integers(0, 3000, (200, 4)) % [3000, 3000, 3000, 10]).tolist()

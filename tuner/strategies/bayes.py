@@ -2,8 +2,9 @@
 
 Two Gaussian processes with a Matérn 5/2 kernel (one length scale per knob) read the evaluations:
 an ordinal knob is its position (0 to 1), a nominal one its one-hot vector scaled so that two values
-lie one unit apart. The value process regresses the log-values (standardised), a failure (infeasible
-or incorrect) counting as the worst value seen. The failure process regresses the failure indicator
+lie one unit apart (past ``WIDE`` values, its value, compared: the same distance without a column
+per value). The value process regresses the log-values (standardised), a failure (infeasible or
+incorrect) counting as the worst value seen. The failure process regresses the failure indicator
 (1: failed): the chance that a configuration fails, read from its neighbours, so that limits such
 as divisibility show where an additive model cannot see them. Each process's length scales and
 noise are chosen at every ask by the marginal likelihood, coordinate-wise over a grid. Each ask scores
@@ -31,6 +32,7 @@ from tuner.strategies.quick import feasible_design
 
 CANDIDATES = 20_000                 # a space this size or smaller is scored whole at each ask
 NOMINAL = 1 / math.sqrt(2)          # a nominal knob's one-hot column value: two values differ by distance 1
+WIDE = 16                           # a nominal knob of more values is one input, its value (columns cost every product)
 PREDICTED = 1 << 22                 # floats of the candidates' inputs or kernels held at once (32 MB each)
 WINDOW = 200                        # evaluations the processes hold at most (an ask costs O(WINDOW**3))
 SCALES = np.geomspace(0.05, 5.0, 9)     # length scales tried per knob (positions span 0 to 1)
@@ -40,22 +42,42 @@ LOCAL_STARTS = 3                    # best configurations whose single moves are
 _erf = np.vectorize(math.erf, otypes=[float])
 
 
-def features(space: Space, idx: np.ndarray) -> tuple[np.ndarray, list[slice]]:
-    """The kernel's inputs of configurations ``idx``, and each varying knob's columns among them."""
+def _columns(values: np.ndarray, size: int, ordinal: bool) -> np.ndarray:
+    """A knob's inputs, from its values' positions: an ordinal knob's position scaled to 0-1; a nominal knob's
+    one-hot columns (``NOMINAL`` where set), or past ``WIDE`` values its position, compared by :func:`squared`."""
+    if ordinal:
+        return values[:, None] / (size - 1)
+    if size > WIDE:
+        return values[:, None].astype(float)
+    hot = np.zeros((len(values), size))
+    hot[np.arange(len(values)), values] = NOMINAL
+    return hot
+
+
+def features(space: Space, idx: np.ndarray) -> tuple[np.ndarray, list[slice], np.ndarray]:
+    """The kernel's inputs of configurations ``idx``, each varying knob's columns among them, and which columns hold a
+    wide nominal knob's value (:func:`_columns`)."""
     idx = np.asarray(idx, dtype=np.intp)
-    columns, spans, start = [], [], 0
+    columns, spans, by_value, start = [], [], [], 0
     for j, (size, ordinal) in enumerate(zip(space.sizes, space.ordinal, strict=True)):
         if size > 1:
-            columns.append(idx[:, j:j + 1] / (size - 1) if ordinal else np.eye(size)[idx[:, j]] * NOMINAL)
+            columns.append(_columns(idx[:, j], size, ordinal))
             spans.append(slice(start, start + columns[-1].shape[1]))
+            by_value += [not ordinal and size > WIDE] * columns[-1].shape[1]
             start += columns[-1].shape[1]
-    return np.concatenate(columns, axis=1) if columns else np.zeros((len(idx), 0)), spans
+    return (np.concatenate(columns, axis=1) if columns else np.zeros((len(idx), 0))), spans, np.array(by_value, dtype=bool)
 
 
-def squared(a: np.ndarray, b: np.ndarray, scale: np.ndarray) -> np.ndarray:
-    """Squared distances between the rows of ``a`` and ``b``, inputs divided by ``scale``."""
-    a, b = a / scale, b / scale
-    return (a * a).sum(1)[:, None] + (b * b).sum(1)[None] - 2 * a @ b.T
+def squared(a: np.ndarray, b: np.ndarray, scale: np.ndarray, by_value: np.ndarray) -> np.ndarray:
+    """Squared distances between the rows of ``a`` and ``b`` (:func:`features`), inputs divided by ``scale``: a column
+    that holds a nominal knob's value adds ``2 * NOMINAL**2`` (one, scaled) where the values differ, as its one-hot
+    columns would."""
+    dense = ~by_value
+    a_, b_ = a[:, dense] / scale[dense], b[:, dense] / scale[dense]
+    sq = (a_ * a_).sum(1)[:, None] + (b_ * b_).sum(1)[None] - 2 * a_ @ b_.T
+    for k in np.flatnonzero(by_value):
+        sq += np.not_equal.outer(a[:, k], b[:, k]) * (2 * NOMINAL**2 / scale[k] ** 2)
+    return sq
 
 
 def matern(sq: np.ndarray) -> np.ndarray:
@@ -92,13 +114,20 @@ class Process:
         return cross @ self.alpha, np.sqrt(np.maximum(1 + self.noise - (v * v).sum(0), 1e-12))
 
 
-def fitted(x: np.ndarray, y: np.ndarray, spans: list[slice]) -> Process:
-    """The process on ``x`` and ``y`` with the length scales (per knob) and noise of the best marginal likelihood
-    found coordinate-wise over ``SCALES`` and ``NOISES``, from unit scales and noise 1e-2. Each knob's squared
-    distances are computed once: a trial scale changes one term of their sum (a nominal knob's from the value each
-    column block holds, so that a knob of thousands of values costs no cube of them)."""
-    parts = [((x[:, None, span] - x[None, :, span]) ** 2).sum(-1) if span.stop - span.start == 1
-             else (np.not_equal.outer(value := x[:, span].argmax(1), value) * (2 * NOMINAL**2)) for span in spans]
+def _apart(columns: np.ndarray, by_value: bool) -> np.ndarray:
+    """A knob's squared distances (unit scale) between the rows of its inputs ``columns`` (:func:`features`): a
+    nominal knob's from its values, so that one of many values costs no cube of them."""
+    if columns.shape[1] == 1 and not by_value:
+        return ((columns[:, None] - columns[None]) ** 2).sum(-1)
+    value = columns[:, 0] if by_value else columns.argmax(1)
+    return np.not_equal.outer(value, value) * (2 * NOMINAL**2)
+
+
+def fitted(x: np.ndarray, y: np.ndarray, spans: list[slice], by_value: np.ndarray) -> Process:
+    """The process on ``x`` and ``y`` (:func:`features`) with the length scales (per knob) and noise of the best
+    marginal likelihood found coordinate-wise over ``SCALES`` and ``NOISES``, from unit scales and noise 1e-2. Each
+    knob's squared distances are computed once: a trial scale changes one term of their sum."""
+    parts = [_apart(x[:, span], by_value[span.start]) for span in spans]
 
     def attempt(scale: np.ndarray, sq: np.ndarray, noise: float) -> Process | None:
         try:
@@ -161,23 +190,23 @@ def propose(search: Search, rng: np.random.Generator, pending: np.ndarray | None
     ok = np.isfinite(values)
     if not len(pool) or ok.sum() < 2:
         return pool[rng.integers(len(pool))] if len(pool) else None
-    x, spans = features(space, idx)
+    x, spans, by_value = features(space, idx)
     logs = np.log(values[ok])
     y = np.zeros(len(values))
     y[ok] = (logs - logs.mean()) / (logs.std() or 1.0)
     y[~ok] = y[ok].max()                            # a failure counts as the worst value seen: steps away from it
-    value = fitted(x, y, spans)
+    value = fitted(x, y, spans, by_value)
     failed = (~ok).astype(float)
-    failure = None if ok.all() else fitted(x, failed - failed.mean(), spans)
+    failure = None if ok.all() else fitted(x, failed - failed.mean(), spans, by_value)
     gain = np.empty(len(pool))
     rows = max(1, PREDICTED // max(x.shape[1], len(x)))         # candidates predicted at once
     for start in range(0, len(pool), rows):
-        at, _ = features(space, pool[start:start + rows])
-        mean, sd = value.predict(matern(squared(at, x, value.scale)))
+        at = features(space, pool[start:start + rows])[0]
+        mean, sd = value.predict(matern(squared(at, x, value.scale, by_value)))
         z = (y[ok].min() - mean) / sd
         part = sd * (z * 0.5 * (1 + _erf(z / math.sqrt(2))) + np.exp(-0.5 * z * z) / math.sqrt(2 * math.pi))
         if failure is not None:
-            part *= 1 - np.clip(matern(squared(at, x, failure.scale)) @ failure.alpha + failed.mean(), 0, 1)
+            part *= 1 - np.clip(matern(squared(at, x, failure.scale, by_value)) @ failure.alpha + failed.mean(), 0, 1)
         gain[start:start + rows] = part
     return pool[int(np.argmax(gain))]
 
