@@ -261,7 +261,7 @@ class Search:
             self._score([chunk[h] for h in chunk if h in granted and h not in self.cache], idx, attrs, counted)
             if self._log is not None and (now := time.monotonic()) - self._logged >= PROGRESS_S:
                 self._logged = now
-                self._log(self.standing(now))
+                self._log(self._standing(now))
             if self.one_by_one and time.monotonic() - self._last_flush >= self.flush_seconds:
                 self.flush()                                # a batch of a program's runs is kept as it goes, not at its end
         if others or time.monotonic() - self._last_sync >= SYNC_S:
@@ -376,7 +376,7 @@ class Search:
             self.best = Candidate(idx.copy(), value, True)
             self.report(self.evaluations, self.spec.max_evals, f"best {shown(value)}")
 
-    def standing(self, now: float) -> str:
+    def _standing(self, now: float) -> str:
         """Where the search stands: its evaluations against the budgets, failures, best value so far."""
         spec, failed = self.spec, sum(self.failures.values())
         best = f"{shown(self.best.value)} {self.objective.unit}" if self.best is not None else "none yet"
