@@ -62,9 +62,10 @@ def features(space: Space, idx: np.ndarray) -> tuple[np.ndarray, list[slice], np
     for j, (size, ordinal) in enumerate(zip(space.sizes, space.ordinal, strict=True)):
         if size > 1:
             columns.append(_columns(idx[:, j], size, ordinal))
-            spans.append(slice(start, start + columns[-1].shape[1]))
-            by_value += [not ordinal and size > WIDE] * columns[-1].shape[1]
-            start += columns[-1].shape[1]
+            width = columns[-1].shape[1]
+            spans.append(slice(start, start + width))
+            by_value += [not ordinal and width == 1] * width      # a nominal knob in one column: its value
+            start += width
     return (np.concatenate(columns, axis=1) if columns else np.zeros((len(idx), 0))), spans, np.array(by_value, dtype=bool)
 
 
