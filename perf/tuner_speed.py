@@ -248,10 +248,10 @@ def _nominal_cache() -> tuple[CacheObjective, np.ndarray]:
 
 
 def bayes_cost(held: tuple[int, ...] = (100, 200, 1000), asks: int = 5) -> None:
-    figures = {}
+    figures, tensor = {}, BuiltinObjective()
     for count in held:
         plans = SPACE.uniform(20 * count, np.random.default_rng(0))
-        figures[count] = _ask_ms(BuiltinObjective(), plans[BuiltinObjective().feasible(plans)][:count], asks)
+        figures[count] = _ask_ms(tensor, plans[tensor.feasible(plans)][:count], asks)
     shown = ", ".join(f"{ms:.0f} with {count:,}" for count, ms in figures.items())
     print(f"7. ms per bayes ask ({len(SPACE.knobs)} knobs): {shown} evaluations held "
           f"(ratio {figures[held[-1]] / figures[held[-2]]:.2f}); on three nominal knobs of 3,000 values, "

@@ -240,9 +240,10 @@ def test_the_repairs_of_moves_over_knobs_with_thousands_of_values_are_checked_a_
 def _repaired_by_definition(space, center: np.ndarray, moves: np.ndarray, feasible) -> np.ndarray:
     """What ``repairs`` returns, written as its contract reads: for each infeasible move in turn, for each knob it
     leaves alone, every value of that knob the check allows at the least distance from the center's."""
-    candidates = [(i, j, v) for i, move in enumerate(moves[~feasible(moves)]) for j in range(len(center))
+    infeasible = moves[~feasible(moves)]
+    candidates = [(i, j, v) for i, move in enumerate(infeasible) for j in range(len(center))
                   if move[j] == center[j] for v in range(space.sizes[j]) if v != center[j]]
-    rows = np.array([np.where(np.arange(len(center)) == j, v, moves[~feasible(moves)][i]) for i, j, v in candidates],
+    rows = np.array([np.where(np.arange(len(center)) == j, v, infeasible[i]) for i, j, v in candidates],
                     dtype=np.int16).reshape(-1, len(center))
     allowed = feasible(rows)
     def distance(j, v):
