@@ -24,6 +24,10 @@ evaluation and counts. Methods:
   one already accepted by this project's restricted evaluator when the file was read. Its constraint
   solver builds the space from strings far faster than from a Python callable, and on the shipped
   caches that space holds the same configurations as ours.
+
+A file of the folders that the tuner cannot replay (damaged, or a cache whose knobs its kernel's T1 file in
+``perf/spaces`` does not name) is one line saying why, and a method that fails on a cache (Kernel Tuner on a T4
+results file) is left out of its table with its first failure; every other table is printed.
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ import optuna
 from arguments import at_least_one
 
 from tuner.history import History
+from tuner.objectives.base import brief
 from tuner.objectives.cache import CacheObjective
 from tuner.search import Search, Spec
 from tuner.space import ENUMERATION_CHUNK, WHOLE_SPACE, Space, load_profile
@@ -120,6 +125,8 @@ def _kernel_tuner_cache(cache: Path, space: Space) -> tuple[Path, dict]:
     the cache's header (all but its records). Those the restrictions rule out are not added: Kernel Tuner never asks
     for them, and a space of millions of configurations would make a copy of gigabytes."""
     data = json.loads(gzip.decompress(cache.read_bytes()) if cache.suffix == ".gz" else cache.read_bytes())
+    if "cache" not in data:
+        raise ValueError(f"{cache.name} is no Kernel Tuner cache (a T4 results file?): Kernel Tuner replays only its own")
     keys = data["tune_params_keys"]
     records = dict(data["cache"])
     whole = load_profile(WHOLE_SPACE, space)
@@ -156,18 +163,18 @@ def _kernel_tuner(cache: Path, t1: Path | None, strategy: str, seed: int, budget
     return list(values.values())[:budget]
 
 
-def _run(job: tuple[str, str, str | None, str, int, int]) -> tuple[str, str, np.ndarray]:
-    name, cache, t1, method, seed, budget = job
+def _run(job: tuple[str, str | None, str, int, int]) -> tuple[str, np.ndarray | str]:
+    """One run's fraction of optimum after each evaluation, or why the method failed on this cache (one line)."""
+    cache, t1, method, seed, budget = job
     t1_path = Path(t1) if t1 else None
-    if method in OURS:
-        values = _ours(Path(cache), t1_path, method, seed, budget)
-    elif method in OPTUNA:
-        values = _optuna(Path(cache), t1_path, method, seed, budget)
-    else:
-        values = _kernel_tuner(Path(cache), t1_path, method, seed, budget)
+    run = _ours if method in OURS else _optuna if method in OPTUNA else _kernel_tuner
+    try:
+        values = run(Path(cache), t1_path, method, seed, budget)
+    except Exception as exc:        # another GPU's cache may hold what a method cannot replay: the others still compare
+        return method, f"seed {seed}: {type(exc).__name__}: {brief(str(exc))}"
     optimum = _objective(Path(cache), t1_path).optimum
     best = np.minimum.accumulate(np.array(values[:budget] + [np.inf] * max(0, budget - len(values))))
-    return name, method, optimum / best
+    return method, optimum / best
 
 
 def mean_with_error(values: np.ndarray) -> str:
@@ -220,12 +227,24 @@ def main() -> None:
             raise SystemExit("Kernel Tuner is missing: pip install -e '.[perf]' (or pass --methods without its strategies)") from None
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:         # one BLAS thread each (see tuner)
         for cache, t1 in ((c, t1) for c in caches for t1 in _t1_files(c, args.spaces)):   # each table once its runs are done
-            jobs = [(cache.name, str(cache), str(t1) if t1 else None, m, s, args.budget) for m in args.methods for s in range(args.seeds)]
+            name = f"{cache.name} ({f'restrictions of {t1.parent.name}/{t1.name}' if t1 else 'no T1 file: no restrictions'})"
+            try:
+                _objective(cache, t1)
+            except (ValueError, OSError) as exc:            # the tuner's own line for a file it cannot replay
+                print(f"\n{name}: skipped: {exc}")
+                continue
+            jobs = [(str(cache), str(t1) if t1 else None, m, s, args.budget) for m in args.methods for s in range(args.seeds)]
             curves: dict[str, list[np.ndarray]] = {m: [] for m in args.methods}
-            for _, method, fraction in pool.imap(_run, jobs):                 # in seed order: blocks of seeds are comparable
-                curves[method].append(fraction)
-            known = f"restrictions of {t1.parent.name}/{t1.name}" if t1 else "no T1 file: no restrictions"
-            _report(f"{cache.name} ({known})", curves, args.budget)
+            failed: dict[str, str] = {}
+            for method, outcome in pool.imap(_run, jobs):                      # in seed order: blocks of seeds are comparable
+                if isinstance(outcome, str):
+                    failed.setdefault(method, outcome)
+                else:
+                    curves[method].append(outcome)
+            ran = {m: runs for m, runs in curves.items() if m not in failed}
+            _report(name, ran, args.budget) if ran else print(f"\n{name}:")
+            for method, why in failed.items():
+                print(f"  {method:<22}failed, left out ({why})")
         pool.close()                        # the processes end on their own: a terminated one leaves its semaphores behind
         pool.join()
 

@@ -4,11 +4,13 @@ with a traceback, or run nothing and say so nowhere)."""
 
 from __future__ import annotations
 
+import gzip
+import json
 import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import ROOT, toy_cache
 
 
 @pytest.mark.parametrize(("script", "wrong", "named"), [
@@ -55,3 +57,35 @@ def test_a_perf_script_runs_on_a_checkout_at_its_smallest(tmp_path, script, smal
                          cwd=tmp_path, timeout=300)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     assert shown in out.stdout, out.stdout
+
+
+def test_real_caches_reports_what_it_cannot_replay_and_compares_the_rest(tmp_path):
+    """Another GPU's folder of caches may hold a file no method can replay (damaged, or not a cache), or a cache named
+    after a shipped kernel whose knobs its T1 file in perf/spaces does not fit: each is one line naming the file and
+    why, and every other table is still printed (the first such file used to end the run with a traceback)."""
+    caches = tmp_path / "caches"
+    caches.mkdir()
+    toy_cache(caches, {(bx, tile): bx / 32 + tile for bx in (32, 64, 128) for tile in (1, 2)}, "gemm-tiny.json.gz")
+    (caches / "broken-A100.json.gz").write_bytes(gzip.compress(b'{"tune_params": {"bx": [1, 2'))
+    out = subprocess.run([sys.executable, str(ROOT / "perf" / "real_caches.py"), "--caches", str(caches), "--seeds", "1",
+                          "--budget", "4", "--jobs", "1", "--methods", "quick"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    assert "broken-A100.json.gz (no T1 file: no restrictions): skipped: cache file 'broken-A100.json.gz' is not valid JSON" in out.stdout
+    assert "gemm-tiny.json.gz (no T1 file: no restrictions): fraction of optimum" in out.stdout
+    assert "gemm-tiny.json.gz (restrictions of spaces/gemm.t1.json): skipped: space file 'gemm.t1.json' names knobs" in out.stdout
+
+
+def test_a_method_that_fails_on_a_cache_is_one_line_not_the_end_of_the_comparison(tmp_path, monkeypatch):
+    """Kernel Tuner replays only its own caches: on a T4 results file (or where it is not installed) each of its runs
+    is the reason it failed, on one line, which the table prints in its row's place; this project's methods replay it."""
+    monkeypatch.syspath_prepend(str(ROOT / "perf"))
+    import real_caches
+
+    t4 = tmp_path / "toy-T4.json"
+    t4.write_text(json.dumps({"schema_version": "1.0.0", "results": [
+        {"configuration": {"bx": bx}, "invalidity": "correct", "correctness": 1, "objectives": ["time"],
+         "measurements": [{"name": "time", "value": bx / 32, "unit": "ms"}], "times": {}} for bx in (32, 64)]}))
+    method, outcome = real_caches._run((str(t4), None, "pso", 0, 2))
+    assert method == "pso" and isinstance(outcome, str) and outcome.startswith("seed 0: ") and "\n" not in outcome
+    method, outcome = real_caches._run((str(t4), None, "quick", 0, 2))
+    assert method == "quick" and len(outcome) == 2 and outcome[-1] == 1.0 and sorted(outcome) == list(outcome)  # both scored
