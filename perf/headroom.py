@@ -44,8 +44,7 @@ from unittest import mock
 
 import numpy as np
 from arguments import at_least_one
-from real_caches import _run as _run_cache
-from real_caches import _t1_files, caches_in, mean_with_error
+from real_caches import _t1_files, caches_in, fractions, mean_with_error, unreadable
 from tuner_speed import ROOT, Unhinted, _history
 
 from tuner.objectives.cache import CacheObjective
@@ -115,7 +114,7 @@ def _run(job: tuple[str, str | None, str, int, int]) -> tuple[str, str | None, s
             search = Search(_history(), Unhinted(), Spec(strategy="quick", mode="dev", max_evals=budget, seed=seed))
             STRATEGIES["quick"](search)
             return cache, t1, oracle, min(list(search.seen.values())[:budget])
-        return cache, t1, oracle, float(_run_cache((cache, cache, t1, "quick", seed, budget))[2][-1])
+        return cache, t1, oracle, float(fractions(Path(cache), Path(t1) if t1 else None, "quick", seed, budget)[-1])
 
 
 def _oracles_on(problem: str) -> tuple[str, ...]:
@@ -138,7 +137,11 @@ def main() -> None:
     args = parser.parse_args()
     tensor_budget, cache_budget = args.budgets
     problems = [("tensor", None)] if args.only is None or "tensor" in args.only else []
-    problems += [(str(c), str(t1) if t1 else None) for c in caches_in([args.caches], args.only) for t1 in _t1_files(c, args.spaces)]
+    for cache, t1 in ((c, t1) for c in caches_in([args.caches], args.only) for t1 in _t1_files(c, args.spaces)):
+        if why := unreadable(cache, t1):
+            print(f"{cache.name} with {t1.name if t1 else 'no T1 file'}: skipped: {why}")
+        else:
+            problems.append((str(cache), str(t1) if t1 else None))
     if not problems:
         parser.error(f"--only {' '.join(args.only)}: no problem matches ('tensor', or the start of a cache's file name in {args.caches})")
     results: dict[tuple[str, str | None, str], list[float]] = {}

@@ -163,18 +163,30 @@ def _kernel_tuner(cache: Path, t1: Path | None, strategy: str, seed: int, budget
     return list(values.values())[:budget]
 
 
-def _run(job: tuple[str, str | None, str, int, int]) -> tuple[str, np.ndarray | str]:
-    """One run's fraction of optimum after each evaluation, or why the method failed on this cache (one line)."""
-    cache, t1, method, seed, budget = job
-    t1_path = Path(t1) if t1 else None
+def fractions(cache: Path, t1: Path | None, method: str, seed: int, budget: int) -> np.ndarray:
+    """One run's fraction of optimum after each of its ``budget`` evaluations (1.0: the optimum)."""
     run = _ours if method in OURS else _optuna if method in OPTUNA else _kernel_tuner
+    values = run(cache, t1, method, seed, budget)
+    best = np.minimum.accumulate(np.array(values[:budget] + [np.inf] * max(0, budget - len(values))))
+    return _objective(cache, t1).optimum / best
+
+
+def _run(job: tuple[str, str | None, str, int, int]) -> tuple[str, np.ndarray | str]:
+    """:func:`fractions` in a worker of the pool, or why the method failed on this cache (one line)."""
+    cache, t1, method, seed, budget = job
     try:
-        values = run(Path(cache), t1_path, method, seed, budget)
+        return method, fractions(Path(cache), Path(t1) if t1 else None, method, seed, budget)
     except Exception as exc:        # another GPU's cache may hold what a method cannot replay: the others still compare
         return method, f"seed {seed}: {type(exc).__name__}: {brief(str(exc))}"
-    optimum = _objective(Path(cache), t1_path).optimum
-    best = np.minimum.accumulate(np.array(values[:budget] + [np.inf] * max(0, budget - len(values))))
-    return method, optimum / best
+
+
+def unreadable(cache: Path, t1: Path | None) -> str | None:
+    """Why the tuner cannot replay ``cache`` with ``t1`` (its own one-line error), or ``None`` where it can."""
+    try:
+        _objective(cache, t1)
+    except (ValueError, OSError) as exc:
+        return str(exc)
+    return None
 
 
 def mean_with_error(values: np.ndarray) -> str:
@@ -228,10 +240,8 @@ def main() -> None:
     with multiprocessing.get_context("spawn").Pool(args.jobs) as pool:         # one BLAS thread each (see tuner)
         for cache, t1 in ((c, t1) for c in caches for t1 in _t1_files(c, args.spaces)):   # each table once its runs are done
             name = f"{cache.name} ({f'restrictions of {t1.parent.name}/{t1.name}' if t1 else 'no T1 file: no restrictions'})"
-            try:
-                _objective(cache, t1)
-            except (ValueError, OSError) as exc:            # the tuner's own line for a file it cannot replay
-                print(f"\n{name}: skipped: {exc}")
+            if why := unreadable(cache, t1):
+                print(f"\n{name}: skipped: {why}")
                 continue
             jobs = [(str(cache), str(t1) if t1 else None, m, s, args.budget) for m in args.methods for s in range(args.seeds)]
             curves: dict[str, list[np.ndarray]] = {m: [] for m in args.methods}

@@ -49,6 +49,8 @@ def test_a_perf_script_refuses_what_would_run_nothing(tmp_path, script, wrong, n
     ("noisy_winner.py", ["--seeds", "1"], "overstated speedup: before"),
     ("space_speed.py", ["--configs", "10"], "configurations/s"),
     ("step_speed.py", ["--repeats", "1"], "fixes/s"),
+    ("headroom.py", ["--caches", str(ROOT / "perf" / "caches"), "--only", "convolution", "--seeds", "1", "--budgets", "1", "10"],
+     "failures known to exploration"),
 ])
 def test_a_perf_script_runs_on_a_checkout_at_its_smallest(tmp_path, script, small, shown):
     """Each script builds what it measures from the checkout alone (history_reads.py copied a studies/ folder
