@@ -251,8 +251,10 @@ def main() -> None:
                     failed.setdefault(method, outcome)
                 else:
                     curves[method].append(outcome)
-            ran = {m: runs for m, runs in curves.items() if m not in failed}
-            _report(name, ran, args.budget) if ran else print(f"\n{name}:")
+            if ran := {m: runs for m, runs in curves.items() if m not in failed}:
+                _report(name, ran, args.budget)
+            else:
+                print(f"\n{name}:")
             for method, why in failed.items():
                 print(f"  {method:<22}failed, left out ({why})")
         pool.close()                        # the processes end on their own: a terminated one leaves its semaphores behind
