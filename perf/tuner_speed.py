@@ -11,7 +11,7 @@
    budget; the target is the best plan of both profiles.
 4. evaluations ``checkpoint`` needs from attempt-1 to match iteration-2 on dev, with and without the hint.
 5. growth of quick's cost: ms/trial at 500 and at 5,000 evaluations (durable history), and the ratio, on the tensor
-   plan, on the RTX 2080 Ti cache of ``perf/caches`` and on the shared pnpoly cache (4,092 configurations).
+   plan, on the RTX 2080 Ti cache of ``perf/caches`` and on the shared pnpoly (4,092 configurations) and GEMM caches.
 6. ms per TPE ask with a full window of trials: Optuna's default TPESampler (multivariate) over categorical
    knobs, the algorithm ``tuner.strategies.parzen.Parzen`` implements, beside it, told the same trials.
 7. ms per ``bayes`` ask with 100, 200 and 1,000 random feasible plans scored, and the ratio of the last two: its
@@ -47,7 +47,8 @@ from tuner.workspace import Workspace
 
 ROOT = Path(__file__).resolve().parents[1]
 CHECKPOINTS = (50, 100, 200, 300, 400, 500)
-PNPOLY = ROOT.parent / "shared" / "data" / "gpu-caches" / "pnpoly-RTX_3090.json.gz"   # the shared caches beside this checkout
+SHARED = ROOT.parent / "shared" / "data" / "gpu-caches"        # the shared caches beside this checkout
+PNPOLY, GEMM = SHARED / "pnpoly-RTX_3090.json.gz", SHARED / "gemm-RTX_3090.json.gz"
 optuna.logging.set_verbosity(optuna.logging.WARNING)
 
 
@@ -170,16 +171,19 @@ def checkpoint_reach() -> None:
               f"best after 300: {int(min(values))}")
 
 
-def growth(seeds: int = 1) -> None:
+def growth(seeds: int = 3) -> None:
     """ms/trial of quick at 500 and at 5,000 evaluations, each with a durable SQLite history: on the tensor plan, on
-    the RTX 2080 Ti cache, a space small enough that a long run's TPE proposes configurations it scored before, and on
-    pnpoly, whose 4,092 configurations a run of 5,000 scores all of."""
+    the RTX 2080 Ti cache, a space small enough that a long run's TPE proposes configurations it scored before, on
+    pnpoly, whose 4,092 configurations a run of 5,000 scores all of, and on GEMM without restrictions (82,944
+    configurations, 78% of them failing). Each over ``seeds`` runs: one run of 500 takes about a second, and its
+    figure moves by a third from run to run."""
     problems = [("the tensor plan", BuiltinObjective(), "dev"),
                 ("the RTX 2080 Ti cache", CacheObjective(ROOT / "perf" / "caches" / "convolution-RTX_2080Ti.json.gz"), "time")]
-    if PNPOLY.is_file():
-        problems.append(("pnpoly", CacheObjective(PNPOLY), "time"))
-    else:
-        print(f"5. pnpoly not measured: no {PNPOLY}")
+    for label, cache in (("pnpoly", PNPOLY), ("GEMM, no restrictions", GEMM)):
+        if cache.is_file():
+            problems.append((label, CacheObjective(cache), "time"))
+        else:
+            print(f"5. {label} not measured: no {cache}")
     for label, objective, mode in problems:
         figures = {}
         for budget in (500, 5000):
