@@ -132,3 +132,21 @@ def test_the_candidates_are_ranked_by_the_gain_and_an_ask_is_the_first(case, see
         assert len(ranked) == EI_CANDIDATES and (np.diff(gain) <= 1e-12).all()
     else:
         assert len(ranked) == 1
+
+
+@given(observations(most=80), st.integers(0, 80), st.integers(0, 2**32 - 1))
+def test_a_sampler_that_forgot_asks_as_one_told_only_what_came_after(case, cut, seed):
+    """``forget`` drops every trial told before it (the window of ``quick``'s TPE): told the rest, the sampler ranks
+    the candidates as a fresh one with the same random state told only the rest."""
+    obs, sizes = case
+    space = Space("drawn", tuple(Knob(f"k{j}", tuple(range(size)), "ordinal", 0) for j, size in enumerate(sizes)))
+    values = np.random.default_rng(seed).random(len(obs))
+    forgetful, fresh = Parzen(space, seed), Parzen(space, seed)
+    for row, value in zip(obs[:cut], values[:cut], strict=True):
+        forgetful.tell(row, value)
+    forgetful.forget()
+    for row, value in zip(obs[cut:], values[cut:], strict=True):
+        forgetful.tell(row, value)
+        fresh.tell(row, value)
+    assert len(forgetful) == len(fresh) == len(obs[cut:])
+    assert np.array_equal(forgetful.candidates(), fresh.candidates())

@@ -63,6 +63,12 @@ def feasible_design(search: Search, rng: np.random.Generator) -> np.ndarray:
     return rows
 
 
+def _since(seen: dict[str, float], cursor: int) -> list[str]:
+    """The hashes the search scored after its first ``cursor``, in order: read from the end of ``seen``, so a call
+    costs what was added since, not the whole history."""
+    return list(islice(reversed(seen), len(seen) - cursor))[::-1]
+
+
 class _Tpe:
     """A seeded TPE (:class:`.parzen.Parzen`) told every evaluation of the search, holding at most ``WINDOW`` trials."""
 
@@ -74,7 +80,7 @@ class _Tpe:
 
     def tell_seen(self) -> None:
         """Tell TPE what the search scored that it has not been told (climbs, earlier runs)."""
-        new = [h for h in islice(self.search.seen, self.cursor, None) if h not in self.told]
+        new = [h for h in _since(self.search.seen, self.cursor) if h not in self.told]
         self.cursor = len(self.search.seen)
         self.told.update(new)
         self._add(new)
@@ -102,7 +108,7 @@ class _Tpe:
             return None
         if self.left is None:
             self.left = self.search.objective.feasible(load_profile(WHOLE_SPACE, space).plans(0, space.size))
-        new = [self.search.cache[h].idx for h in islice(seen, self.left_cursor, None)]
+        new = [self.search.cache[h].idx for h in _since(seen, self.left_cursor)]
         self.left_cursor = len(seen)
         if new:
             self.left[np.ravel_multi_index(np.stack(new, axis=1), space.sizes)] = False
