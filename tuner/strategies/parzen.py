@@ -78,23 +78,23 @@ class Parzen:
     def __init__(self, space: Space, seed: int) -> None:
         self.sizes = np.asarray(space.sizes, dtype=np.int64)
         self.rng = np.random.default_rng(seed)
-        self.rows = np.empty((0, len(self.sizes)), dtype=np.int16)     # the trials told, in their first ``told`` rows:
-        self.values = np.empty(0)                                       # grown by doubling, so a tell copies nothing
-        self.told = 0
+        self._rows = np.empty((0, len(self.sizes)), dtype=np.int16)    # the trials in the first ``_count`` rows, the
+        self._values = np.empty(0)                                      # arrays grown by doubling: a tell writes a row
+        self._count = 0
 
     def __len__(self) -> int:
-        return self.told
+        return self._count
 
     def tell(self, idx: np.ndarray, value: float) -> None:
-        if self.told == len(self.values):
-            self.rows = np.resize(self.rows, (max(16, 2 * self.told), len(self.sizes)))
-            self.values = np.resize(self.values, len(self.rows))
-        self.rows[self.told], self.values[self.told] = idx, value
-        self.told += 1
+        if self._count == len(self._values):
+            self._rows = np.resize(self._rows, (max(16, 2 * self._count), len(self.sizes)))
+            self._values = np.resize(self._values, len(self._rows))
+        self._rows[self._count], self._values[self._count] = idx, value
+        self._count += 1
 
     def forget(self) -> None:
         """Drop every trial (the sampler's random stream goes on)."""
-        self.told = 0
+        self._count = 0
 
     def ask(self, at_random: bool = False) -> np.ndarray:
         """The next index vector: TPE's (of ``EI_CANDIDATES`` drawn from ``l``, the one with the highest
@@ -106,7 +106,7 @@ class Parzen:
         drawn from ``l``, or one row uniform at random."""
         if at_random or len(self) < STARTUP_TRIALS:
             return np.array([[self.rng.integers(0, s) for s in self.sizes]], dtype=np.int16)
-        rows, values = self.rows[:self.told], self.values[:self.told]
+        rows, values = self._rows[:self._count], self._values[:self._count]
         ranked = np.argsort(values, kind="stable")           # failed (inf) after every finite value, each in order
         good = np.zeros(len(values), dtype=bool)
         good[ranked[:gamma(len(values))]] = True
