@@ -12,6 +12,8 @@ import sys
 import pytest
 from conftest import ROOT, toy_cache
 
+from tuner.objectives.cache import T4_VERSION, t4_result
+
 
 @pytest.mark.parametrize(("script", "wrong", "named"), [
     ("cache_load.py", ["--records", "0"], "--records: '0' is not a count of at least 1"),
@@ -84,9 +86,8 @@ def test_a_method_that_fails_on_a_cache_is_one_line_not_the_end_of_the_compariso
     import real_caches
 
     t4 = tmp_path / "toy-T4.json"
-    t4.write_text(json.dumps({"schema_version": "1.0.0", "results": [
-        {"configuration": {"bx": bx}, "invalidity": "correct", "correctness": 1, "objectives": ["time"],
-         "measurements": [{"name": "time", "value": bx / 32, "unit": "ms"}], "times": {}} for bx in (32, 64)]}))
+    t4.write_text(json.dumps({"schema_version": T4_VERSION,
+                              "results": [t4_result({"bx": bx}, {"time": bx / 32}, "ms", True, None) for bx in (32, 64)]}))
     method, outcome = real_caches._run((str(t4), None, "pso", 0, 2))
     assert method == "pso" and isinstance(outcome, str) and outcome.startswith("seed 0: ") and "\n" not in outcome
     method, outcome = real_caches._run((str(t4), None, "quick", 0, 2))
