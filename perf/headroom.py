@@ -137,13 +137,14 @@ def main() -> None:
     args = parser.parse_args()
     tensor_budget, cache_budget = args.budgets
     problems = [("tensor", None)] if args.only is None or "tensor" in args.only else []
-    for cache, t1 in ((c, t1) for c in caches_in([args.caches], args.only) for t1 in _t1_files(c, args.spaces)):
+    caches = caches_in([args.caches], args.only)
+    if not problems and not caches:
+        parser.error(f"--only {' '.join(args.only)}: no problem matches ('tensor', or the start of a cache's file name in {args.caches})")
+    for cache, t1 in ((c, t1) for c in caches for t1 in _t1_files(c, args.spaces)):     # as real_caches.py: a line each
         if why := unreadable(cache, t1):
             print(f"{cache.name} with {t1.name if t1 else 'no T1 file'}: skipped: {why}")
         else:
             problems.append((str(cache), str(t1) if t1 else None))
-    if not problems:
-        parser.error(f"--only {' '.join(args.only)}: no problem matches ('tensor', or the start of a cache's file name in {args.caches})")
     results: dict[tuple[str, str | None, str], list[float]] = {}
     with multiprocessing.Pool(args.jobs) as pool:
         jobs = [(cache, t1, oracle, seed, tensor_budget if cache == "tensor" else cache_budget)
