@@ -67,6 +67,23 @@ def test_verifier_reports_each_case():
     assert {c["name"] for c in report["cases"]} >= {"final_384x128_dense"}
 
 
+def test_the_verifiers_table_says_which_case_fails(tmp_path):
+    """Without --json each case is a line with its error and pass or FAIL: approx_poly with sequential accumulation
+    passes dev and fails the head_dim 128 cases of final (design section 7, behaviour 3)."""
+    iteration2 = json.loads((ROOT / "fixtures/tensor_plan_iteration2_neighborhood_best.json").read_text())["plan"]
+    path = tmp_path / "overfit.json"
+    path.write_text(json.dumps(dict(iteration2, scratchpad_kb=128, accum="sequential", softmax="approx_poly")))
+    dev, final = (run("verifier.py", "--mode", mode, "--plan", str(path)) for mode in ("dev", "final"))
+    assert dev.returncode == final.returncode == 0
+    assert " correct (max_abs " in dev.stdout.splitlines()[0] and "FAIL" not in dev.stdout
+    header, *cases = final.stdout.splitlines()
+    assert " INCORRECT (max_abs " in header and "tolerance 2.5e-04" in header
+    verdicts = {line.split()[0]: line.split()[-1] for line in cases}
+    report = json.loads(run("verifier.py", "--json", "--mode", "final", "--plan", str(path)).stdout)
+    assert verdicts == {c["name"]: "pass" if c["passed"] else "FAIL" for c in report["cases"]}
+    assert "FAIL" in verdicts.values() and "pass" in verdicts.values()
+
+
 BASE = json.loads((ROOT / "fixtures/baseline_row_major.json").read_text())["plan"]
 
 MALFORMED = {
@@ -127,6 +144,8 @@ def test_infeasible_plan_is_reported_with_an_actionable_reason(tmp_path):
     assert report["feasible"] is False and report["best_cycles"] is None and report["correct"] is False
     assert "scratchpad footprint" in report["reason"] and "exceeds scratchpad_kb=48" in report["reason"]
     assert "raise scratchpad_kb" in report["reason"]
+    table = run("benchmark.py", "--plan", str(path))
+    assert table.returncode == 0 and table.stdout.splitlines()[1] == f"infeasible: {report['reason']}"
 
 
 def test_split_k_beyond_kv_blocks_is_infeasible(tmp_path):

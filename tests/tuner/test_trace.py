@@ -1,0 +1,28 @@
+"""trace_summary: the findings that name the trap a change of the plan walks into (the seed's step 2)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner import service
+
+
+@pytest.mark.parametrize(("change", "mode", "finding"), [
+    ({"swizzle": "xor"}, "dev", "anti-synergy: swizzled Q read with swizzle=xor: 4-way conflicts"),
+    ({"k_layout": "row_major", "v_layout": "row_major"}, "dev",
+     "anti-synergy: swizzle=tensorcore on non-swizzled K/V layouts swizzles on the fly during DMA"),
+    ({"dma_burst": 256}, "dev", "DMA over-fetch: dma_burst=256 moves 2.00x the useful bytes"),
+    ({"block_m": 128, "num_warps": 4, "scratchpad_kb": 192}, "final", "spill: 264 registers per thread needed, limit 255"),
+])
+def test_a_change_into_a_trap_is_named_among_the_findings(ctx, iteration2, change, mode, finding):
+    before = service.trace_summary(ctx, iteration2, mode)["findings"]
+    after = service.trace_summary(ctx, dict(iteration2, **change), mode)["findings"]
+    assert finding in after and finding not in before
+    assert "synergy: swizzled Q with swizzle=tensorcore is conflict-free" in before
+
+
+def test_a_plan_that_cannot_run_is_traced_as_infeasible_with_the_reason(ctx, iteration2):
+    crowded = dict(iteration2, block_m=128, block_n=192, block_k=128, dma_stages=4, scratchpad_kb=48)
+    trace = service.trace_summary(ctx, crowded)
+    assert trace == {"plan_source": "inline plan", "feasible": False, "reason": trace["reason"]}
+    assert trace["reason"].startswith("scratchpad footprint ") and "exceeds scratchpad_kb=48" in trace["reason"]
