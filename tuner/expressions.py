@@ -152,8 +152,6 @@ class _Interpreter:
         for scope in reversed(self.scopes):
             if node.id in scope:
                 return scope[node.id]
-        if node.id in ("True", "False", "None"):
-            return {"True": True, "False": False, "None": None}[node.id]
         raise self.refuse(node, f"unknown name {node.id!r}")
 
     def _BinOp(self, node: ast.BinOp) -> Any:

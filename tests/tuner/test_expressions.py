@@ -27,6 +27,8 @@ from tuner.space import space_from_t1
     ("'x' if 1 < 2 <= 2 else 'y'", "x"),
     ("not (1 and 0) or False", True),
     ("-(7 // 2) % 5", 2),
+    ("+3 - -2", 5),
+    ("[True, False, None] == [1 > 0, 1 < 0, None]", True),
 ])
 def test_what_t1_files_write_evaluates_like_python(text, value):
     assert evaluate(text) == value
@@ -38,6 +40,8 @@ def test_names_are_bound_and_conditions_run_on_arrays():
     both = evaluate("32 <= x * y <= 1024 and (x % 32 != 0 or y > 1)", {"x": x, "y": y})
     assert both.tolist() == [False, True, True, False]
     assert evaluate("not x > 20", {"x": x}).tolist() == [True, False, False, False]
+    assert evaluate("min(x, y * 8) >= 16", {"x": x, "y": y}).tolist() == [False, True, True, True]
+    assert evaluate("max(x, y, 40)", {"x": x, "y": y}).tolist() == [40, 40, 64, 256]
     assert names_in("[i * tile for i in range(3)] and a < b") == {"tile", "a", "b"}
 
 
@@ -88,6 +92,13 @@ def test_on_arrays_an_operand_is_evaluated_only_where_python_would(text, meaning
     ("1+" * 990 + "1", "nested too deeply"),
     ("1 / 0", "fails"),
     ("x" * 3000, "longer than"),
+    ("b'x' == b'x'", "constant b'x' is not allowed"),
+    ("__builtins__", "name '__builtins__' is not allowed"),
+    ("x @ x", "operator MatMult is not allowed"),
+    ("1 << 40", "operator LShift is not allowed"),
+    ("~0", "operator Invert is not allowed"),
+    ("[a for (a, b) in [(1, 2)]]", "a comprehension variable must be a plain name"),
+    ("[c for c in 'abc']", "a comprehension must iterate over a list or a range"),
 ])
 def test_anything_else_is_refused_with_the_expression_named(text, fragment):
     with pytest.raises(ExpressionError) as caught:

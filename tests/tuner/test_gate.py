@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, toy_cache, where_nothing_can_be_written
+from conftest import ROOT, toy_cache, where_nothing_can_be_written, workspace_files
 
 from tuner import gate, service
 from tuner.objectives.builtin import BuiltinObjective
@@ -52,6 +52,20 @@ def test_real_apply_backs_up_and_rollback_restores(ctx, workspace):
     with pytest.raises(WorkspaceError, match="no backups"):
         service.rollback(ctx)
 
+
+
+def test_rollback_restores_only_from_a_backup(ctx, workspace):
+    """A rollback deletes the backup it restores: a file of the workspace that is not a backup (a fixture, the plan
+    itself, a file in a folder under the backups) is refused by name, and nothing changes."""
+    service.apply_candidate(ctx, "tensor_plan_attempt1_best", dry_run=False)
+    (workspace / BACKUP_DIR / "nested").mkdir()
+    (workspace / BACKUP_DIR / "nested" / "old.json").write_text((workspace / "kernel_plan.json").read_text())
+    before = workspace_files(workspace)
+    for other in ("fixtures/tensor_plan_iteration2_neighborhood_best.json", "kernel_plan.json", f"{BACKUP_DIR}/nested/old.json",
+                  f"{BACKUP_DIR}/missing.json"):
+        with pytest.raises(WorkspaceError, match=f"'{re.escape(other)}' is not a backup in {BACKUP_DIR}"):
+            service.rollback(ctx, backup=other, dry_run=False)
+    assert workspace_files(workspace) == before
 
 class EditedMeanwhile(BuiltinObjective):
     """The model, whose first evaluation also rewrites the workspace's plan as ``edit``: another apply, or a person's
