@@ -11,6 +11,8 @@ from optuna.distributions import CategoricalDistribution, IntDistribution
 from tuner.plan import KNOBS, PROFILE_DIR, SPACE
 from tuner.space import ProfileError, load_profile, profile_names, space_from_tune_params
 
+PLAN_KNOBS = {k.name: [k.choices[0]] for k in KNOBS}      # a profile of one plan, each test changing one knob's list
+
 
 def test_every_knob_is_a_distribution_with_order_where_it_matters():
     for knob in KNOBS:
@@ -86,6 +88,9 @@ def test_bad_profile_names_are_refused(name):
     (json.dumps(["knobs"]), "needs a knobs object"),
     (json.dumps({"block_m": [32]}), r'as in \{"knobs": \{"q_layout": \["row_major", "col_major"\], \.\.\.\}\}'),   # the form, shown
     ('{"knobs": ', "is not valid JSON"),
+    (json.dumps({"knobs": dict(PLAN_KNOBS, block_m=[])}), "profile 'broken': knob 'block_m' needs a non-empty list of values"),
+    (json.dumps({"knobs": dict(PLAN_KNOBS, block_m=[50])}), "profile 'broken': knob 'block_m': 50 is not one of 16, 32, 48"),
+    (json.dumps({"knobs": dict(PLAN_KNOBS, block_m=[64, 64])}), "profile 'broken': knob 'block_m' repeats a value"),
 ])
 def test_malformed_profile_names_the_problem(tmp_path, content, fragment):
     (tmp_path / "broken.json").write_text(content)

@@ -161,11 +161,22 @@ def test_the_kernel_plan_catalogue_is_a_t1_file():
                                                           "int, uint, float, bool, string"),                   # was accepted
     ([{"Name": "x", "Values": [1, 2]}], [{"Expression": "x > 1", "Parameters": "x"}],
      'T1 file: condition "x > 1": its Parameters must be a list of knob names, got "x"'),
+    ([{"Name": "x", "Values": [1, 2], "Kind": "categorical"}], [], "Kind 'categorical' is not allowed (allowed: ordinal, nominal)"),
+    ([{"Name": "x", "Values": "list(range(10001))"}], [], "knob 'x' has 10001 values (at most 10000)"),
+    ([{"Name": "x", "Values": [1, 2]}, {"Name": "x", "Values": [3]}], [], "T1 file: knob names repeat"),
+    ([{"Name": "x", "Values": [1, 2]}], [{"Expression": 1}], "a condition must be an expression string, got 1"),
 ])
 def test_bad_space_files_are_refused_with_a_reason(params, conditions, fragment):
     with pytest.raises(SpaceError) as caught:
         space_from_t1(t1(params, conditions))
     assert fragment in str(caught.value)
+
+
+def test_conditions_written_as_one_string_are_refused_not_read_as_characters():
+    data = t1([{"Name": "x", "Values": [1, 2]}])
+    data["ConfigurationSpace"]["Conditions"] = "x > 1"
+    with pytest.raises(SpaceError, match=r"^T1 file: Conditions must be a list$"):
+        space_from_t1(data)
 
 
 def test_a_knob_that_mixes_strings_and_numbers_keeps_its_values_in_restrictions():
