@@ -723,16 +723,18 @@ def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20, rep
     current = ctx.workspace.current_plan()
     current_metrics = _measure(ctx, current) if repeats == 1 else gate.measure(ctx.objective, current, repeats)   # once, not per seed
     seeds = _seeds(ctx, limit)
+    why_not: list[str] = []                             # why the best-ranked plan other than the current one was refused
     for seed in seeds:
         if seed["plan_hash"] == plan_hash(current):
             continue
         report = gate.apply(ctx.objective, ctx.workspace, seed["plan"], dry, (current, current_metrics), repeats)
         if report["passed"] or report["reasons"][-1].startswith(gate.PLAN_CHANGED):    # the rest would be gated against a stale plan
             return {"candidate_source": seed["source"], **report}
+        why_not = why_not or [f"the best of them ({seed['source']}, plan {seed['plan_hash']}): {'; '.join(report['reasons'])}"]
     if seeds and seeds[0]["plan_hash"] == plan_hash(current):
         return {"passed": False, "applied": False, "dry_run": dry, "current_is_best": True,
                 "reasons": ["kernel_plan.json is already the best verified plan of the fixtures and the history"]}
-    return {"passed": False, "applied": False, "dry_run": dry, "reasons": ["no fixture or history plan passes the gate"]}
+    return {"passed": False, "applied": False, "dry_run": dry, "reasons": ["no fixture or history plan passes the gate", *why_not]}
 
 
 def rollback(ctx: Context, backup: str | None = None, dry_run: bool = False) -> dict[str, Any]:

@@ -15,6 +15,7 @@ from conftest import ROOT, toy_cache, where_nothing_can_be_written, workspace_fi
 
 from tuner import gate, service
 from tuner.objectives.builtin import BuiltinObjective
+from tuner.plan import plan_hash
 from tuner.workspace import BACKUP_DIR, OUTPUT_BACKUPS, Workspace, WorkspaceError, atomic_write
 
 
@@ -175,6 +176,25 @@ def test_apply_best_verified_picks_a_gated_improvement(ctx, workspace):
     assert report["candidate"]["dev"]["best_cycles"] < report["current"]["dev"]["best_cycles"]
     assert report["candidate"]["final"]["best_cycles"] <= report["current"]["final"]["best_cycles"]
 
+
+def test_where_no_plan_passes_the_gate_the_best_ones_reasons_say_why(ctx, workspace):
+    """A plan that ties the current one on dev and is faster on final ranks above it, yet the gate wants dev better:
+    the refusal names that plan and the gate's reason, not only that no plan passed (which read as a failure after a
+    plan a person picked among equals on dev)."""
+    best = {"q_layout": "swizzled_mn", "k_layout": "swizzled_nk", "v_layout": "swizzled_kd", "o_layout": "streamed", "block_m": 64,
+            "block_n": 64, "block_k": 64, "num_warps": 8, "vector_width": 16, "accum": "sequential", "softmax": "approx_poly",
+            "schedule": "split_pipeline", "dma_stages": 2, "prefetch_distance": 2, "dma_burst": 128, "split_k": 1,
+            "swizzle": "tensorcore", "epilogue": "fused_scale", "scratchpad_kb": 48}
+    tied = dict(best, softmax="online", dma_stages=3, prefetch_distance=3, scratchpad_kb=64)
+    (workspace / "kernel_plan.json").write_text(json.dumps(best))
+    (workspace / "fixtures" / "tied.json").write_text(json.dumps({"name": "tied", "plan": tied}))
+    dev, final = ({name: service.run_objective(ctx, mode, plan)["best_cycles"] for name, plan in (("best", best), ("tied", tied))}
+                  for mode in ("dev", "final"))
+    assert dev["tied"] == dev["best"] == 178866 and final["tied"] < final["best"]
+    result = service.apply_best_verified(ctx)
+    assert result["passed"] is False and "current_is_best" not in result
+    assert result["reasons"] == ["no fixture or history plan passes the gate",
+                                 f"the best of them (fixture:tied, plan {plan_hash(tied)}): does not improve dev (178866 >= 178866)"]
 
 def test_a_fixture_that_is_not_a_plan_is_left_out_and_named(ctx, workspace):
     (workspace / "fixtures" / "typo.json").write_text('{"plan": {"block_m": 64,}}')
