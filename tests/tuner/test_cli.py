@@ -74,6 +74,10 @@ def test_json_output_of_read_only_commands(workspace):
     (("--history", "h" * 300 + ".db", "rank_experiments"), "h.db': File name too long"),
     (("--workspace", "w" * 300, "rank_experiments"), "(300 characters) cannot be read: File name too long"),
     (("remeasure_failures",), "gives each configuration the same value every time: only a program's failed runs"),
+    (("--workspace", str(ROOT / "kernel_plan.json"), "rank_experiments"), "kernel_plan.json' is not a folder"),
+    (("search_plans", "--seed", "-1"), "argument --seed: expected an integer from 0 to 2147483647, got '-1'"),
+    (("search_plans", "--seed", "2147483648"), "got '2147483648'"),
+    (("search_plans", "--seed", "1e3"), "got '1e3'"),
 ])
 def test_bad_input_exits_2_with_one_clear_line(workspace, args, fragment):
     out = tuner(workspace, *args)
