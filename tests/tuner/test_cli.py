@@ -78,6 +78,7 @@ def test_json_output_of_read_only_commands(workspace):
     (("search_plans", "--seed", "-1"), "argument --seed: expected an integer from 0 to 2147483647, got '-1'"),
     (("search_plans", "--seed", "2147483648"), "got '2147483648'"),
     (("search_plans", "--seed", "1e3"), "got '1e3'"),
+    (("--space", "perf/spaces/gemm.t1.json", "run_objective"), "--space applies to a cache:PATH or command:PROGRAM objective only"),
 ])
 def test_bad_input_exits_2_with_one_clear_line(workspace, args, fragment):
     out = tuner(workspace, *args)
