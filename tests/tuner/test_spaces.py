@@ -256,6 +256,22 @@ T4_RESULTS_SCHEMA = {                                  # the constraints of the 
                                "unit": {"type": "string"}}}}}}}}}
 
 
+
+def test_a_configuration_given_as_an_object_is_scored_or_refused_naming_the_knob(tmp_path):
+    """As an agent passes it through MCP: an object of knob values is looked up as it is; one outside the space is
+    refused by the knob, the value and what is allowed, and runs nothing."""
+    ctx = service.Context.create(tmp_path, objective=f"cache:{toy_cache(tmp_path, {(32, 1): 3.0, (64, 2): 1.5})}")
+    scored = service.run_objective(ctx, plan={"bx": 64, "tile": 2})
+    assert scored["plan_source"] == "inline configuration" and scored["time_ms"] == 1.5 and scored["correct"] is True
+    assert service.run_objective(ctx, plan={"bx": 128, "tile": 2})["reason"] == NOT_MEASURED
+    for wrong, said in (({"bx": 65, "tile": 2}, "knob 'bx': value 65 is not allowed (allowed: 32, 64, 128)"),
+                        ({"bx": 64}, "missing knob 'tile' (allowed: 1, 2)"),
+                        ({"bx": 64, "tile": 2, "z": 1}, "unknown knob 'z' (known knobs: bx, tile)"),
+                        ({"bx": "64", "tile": 2}, 'knob \'bx\': value "64" must be an integer, one of: 32, 64, 128')):
+        with pytest.raises(SpaceError) as caught:
+            service.run_objective(ctx, plan=wrong)
+        assert str(caught.value) == said
+
 @pytest.mark.parametrize("thinned", [False, True])
 def test_a_study_exported_as_t4_results_replays_as_the_measurements_it_made(tmp_path, monkeypatch, thinned):
     records = {(32, 1): 3.0, (32, 2): "CompilationFailedConfig", (64, 1): 2.0, (64, 2): 1.5, (128, 1): "InvalidConfig"}
