@@ -94,6 +94,16 @@ def test_a_program_measures_every_configuration_and_the_searches_find_its_best(k
     assert sorted(p.name for p in kernel.iterdir()) == ["bench.py", "failed.json", "space.t1.json", "studies"]
 
 
+def test_a_configuration_the_restrictions_rule_out_is_reported_so_and_never_run(kernel):
+    (kernel / "logged.py").write_text(LOGGED.format(log=str(kernel / "runs.log")))
+    (kernel / "wide.json").write_text(json.dumps({"bx": 160, "tile": 8, "layout": "col"}))       # 1280 > 640
+    out = _tuner(kernel, "--objective", "command:logged.py", "--space", "space.t1.json", "--json", "run_objective", "--plan", "wide.json")
+    assert out.returncode == 0, out.stderr
+    report = json.loads(out.stdout)
+    assert report["feasible"] is False and report["reason"] == RULED_OUT and report["time_ms"] is None
+    assert not (kernel / "runs.log").exists()
+
+
 MISBEHAVING = """import json, os, subprocess, sys, time
 c = json.load(sys.stdin)
 open("ran-here", "w").write("the private copy")             # the program's own files stay in the copy
