@@ -240,6 +240,22 @@ def test_the_gate_never_applies_an_incorrect_or_final_regressing_plan_over_10000
     assert measure(objective, plan)["dev"]["correct"] == bool(results["cand", "dev"].correct[0])   # the gate's own measure agrees
 
 
+
+MODE_METRICS = st.fixed_dictionaries({"best_cycles": st.none() | st.integers(1, 6), "correct": st.booleans(),
+                                      "max_abs": st.none() | st.floats(0, 1e-3)})
+
+
+@given(candidate=st.tuples(MODE_METRICS, MODE_METRICS), current=st.tuples(MODE_METRICS, MODE_METRICS))
+def test_the_gate_passes_exactly_a_correct_plan_better_in_the_first_mode_and_not_worse_in_the_others(candidate, current):
+    """The rule as the seed states it, both ways (the 10,000 pairs above hold no tie, so a gate that refused a final
+    equal to the current plan's, or passed a dev equal to it, went unseen): values from a few levels, so ties come."""
+    cand, cur = dict(zip(("dev", "final"), candidate, strict=True)), dict(zip(("dev", "final"), current, strict=True))
+    runs = all(m["best_cycles"] is not None and m["correct"] for m in cand.values())
+    better = cur["dev"]["best_cycles"] is None or (runs and cand["dev"]["best_cycles"] < cur["dev"]["best_cycles"])
+    not_worse = cur["final"]["best_cycles"] is None or (runs and cand["final"]["best_cycles"] <= cur["final"]["best_cycles"])
+    ok, reasons = verdict(cand, cur)
+    assert ok == (runs and better and not_worse) == (not reasons)
+
 # --- kill -9 at random moments ----------------------------------------------------------------------
 
 def _started(process: subprocess.Popen, ready: Path | None) -> None:
