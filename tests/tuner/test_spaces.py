@@ -207,6 +207,11 @@ def test_cache_objective_scores_records_failures_and_absences(tmp_path):
     assert result.reasons[5] == "ErrorConfig: " + "1" + "0" * 59
     assert objective.optimum == 1.25 and objective.modes == ("time",)
     assert objective.report({"bx": 64, "tile": 2})["reason"] == "RuntimeFailedConfig"
+    (tmp_path / "zero").mkdir()
+    zero = CacheObjective(toy_cache(tmp_path / "zero", {(32, 1): 0, (64, 1): -1.5, (128, 1): 2.0}))      # no run takes no time
+    reasons = zero.evaluate(zero.space.encode_many([{"bx": b, "tile": 1} for b in (32, 64)])).reasons
+    assert reasons == ["ErrorConfig: 0", "ErrorConfig: -1.5"]
+    assert zero.optimum == 2.0
 
 
 T4_INVALIDITY = {"InvalidConfig": "constraints", "CompilationFailedConfig": "compile", "RuntimeFailedConfig": "runtime"}
