@@ -173,7 +173,7 @@ class Worker:
 
     @outlasting_outages
     def claim(self, items: list[tuple[str, int, list[int] | None]], budget: int) -> Claimed:
-        """Claim ``(item, size, plan)`` in order. A new item is granted while the study's evaluations plus its
+        """Claim ``(item, size, plan)`` in order (each item once). A new item is granted while the study's evaluations plus its
         ``size`` stay within ``budget``; one held by a dead worker is taken over (it was counted when first claimed)."""
         out = Claimed()
         with self.history.begin() as connection:
@@ -185,11 +185,8 @@ class Worker:
                                                                                                condition))}
             live = self._live(connection, [r.worker for r in existing.values() if r.state != "done"])
             self._count(connection)
-            added, new, taken, asked = 0, [], [], set()
+            added, new, taken = 0, [], []
             for item, size, plan in items:
-                if item in asked:
-                    continue
-                asked.add(item)
                 row = existing.get(item)
                 if row is not None and row.state == "done":
                     out.done.append(item)
