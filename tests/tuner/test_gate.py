@@ -296,6 +296,17 @@ def test_paths_are_confined_to_the_workspace(ctx, bad):
         service.run_objective(ctx, "dev", bad + ".json")
 
 
+
+@pytest.mark.parametrize("bad", ["", "a\x00b.json", "p" * 5000 + ".json"])
+def test_a_path_that_is_empty_malformed_or_too_long_is_refused_by_name(ctx, workspace, bad):
+    before = workspace_files(workspace)
+    with pytest.raises(WorkspaceError, match="is empty, malformed or longer than 512 characters"):
+        service.run_objective(ctx, "dev", bad)
+    if bad:                                                         # a result's path must name a .json file first
+        with pytest.raises(WorkspaceError, match="is empty, malformed or longer than 512 characters"):
+            service.record_result(ctx, path=bad)
+    assert workspace_files(workspace) == before
+
 def test_symlinks_out_of_the_workspace_are_refused(ctx, workspace, tmp_path):
     outside = tmp_path / "outside.json"
     outside.write_text((workspace / "kernel_plan.json").read_text())
