@@ -70,6 +70,18 @@ def test_draws_are_uniform_among_what_the_restrictions_allow():
     assert len(space_from_t1(t1([{"Name": "x", "Values": [1, 2]}], ["x > 2"])).draw(5, np.random.default_rng(0))) == 0
 
 
+
+def test_knobs_linked_past_what_draw_lists_are_drawn_again_where_their_restrictions_fail():
+    """Three knobs of 256 values that one restriction links make 16.7 million configurations, too many to list: a draw
+    redraws those the restriction rules out, and returns only allowed ones (fewer where it allows almost nothing)."""
+    params = [{"Name": n, "Values": "list(range(256))"} for n in ("x", "y", "z")]
+    roomy = space_from_t1(t1(params, ["x + y + z < 300"]))                    # allows about a quarter
+    rows = roomy.draw(2_000, np.random.default_rng(0))
+    assert len(rows) == 2_000 and roomy.allowed(rows).all() and all(len(set(rows[:, k])) > 200 for k in range(3))
+    narrow = space_from_t1(t1(params, ["x < 64 and y < 64 and z < 64"]))     # one in 64: half the rows found in 50 tries
+    rows = narrow.draw(200, np.random.default_rng(0))
+    assert 50 < len(rows) < 200 and narrow.allowed(rows).all()
+
 @pytest.mark.parametrize("strategy", ["quick", "bayes", "checkpoint", "focused"])
 def test_a_space_that_allows_one_configuration_in_30000_is_still_searched(tmp_path, strategy):
     """Before, every draw and TPE proposal the restrictions ruled out cost nothing and found nothing: the searches scored
