@@ -79,7 +79,6 @@ def test_real_caches_reports_what_it_cannot_replay_and_compares_the_rest(tmp_pat
     assert "gemm-tiny.json.gz (restrictions of spaces/gemm.t1.json): skipped: space file 'gemm.t1.json' names knobs" in out.stdout
 
 
-
 def test_headroom_on_caches_it_cannot_replay_says_so_and_ends_as_real_caches_does(tmp_path):
     """A cache that ``--only`` matches but the tuner cannot replay is a line saying why, as in real_caches.py; it is
     no bad input (the script used to exit 2 with "no problem matches" under the line that said why)."""
@@ -90,6 +89,7 @@ def test_headroom_on_caches_it_cannot_replay_says_so_and_ends_as_real_caches_doe
                           "--seeds", "1", "--budgets", "1", "4", "--jobs", "1"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert out.returncode == 0 and not out.stderr, out.stderr
     assert out.stdout.startswith("broken-A100.json.gz with no T1 file: skipped: cache file 'broken-A100.json.gz' is not valid JSON")
+
 
 def test_a_method_that_fails_on_a_cache_is_one_line_not_the_end_of_the_comparison(tmp_path, monkeypatch):
     """Kernel Tuner replays only its own caches: on a T4 results file (or where it is not installed) each of its runs

@@ -240,7 +240,6 @@ def test_the_gate_never_applies_an_incorrect_or_final_regressing_plan_over_10000
     assert measure(objective, plan)["dev"]["correct"] == bool(results["cand", "dev"].correct[0])   # the gate's own measure agrees
 
 
-
 MODE_METRICS = st.fixed_dictionaries({"best_cycles": st.none() | st.integers(1, 6), "correct": st.booleans(),
                                       "max_abs": st.none() | st.floats(0, 1e-3)})
 
@@ -257,6 +256,7 @@ def test_the_gate_passes_exactly_a_correct_plan_better_in_the_first_mode_and_not
     assert ok == (runs and better and not_worse) == (not reasons)
 
 # --- kill -9 at random moments ----------------------------------------------------------------------
+
 
 def _started(process: subprocess.Popen, ready: Path | None) -> None:
     """Wait (on state, not time) until the command is doing its work: ``ready`` exists, or it ended."""

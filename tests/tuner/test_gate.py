@@ -54,7 +54,6 @@ def test_real_apply_backs_up_and_rollback_restores(ctx, workspace):
         service.rollback(ctx)
 
 
-
 def test_rollback_restores_only_from_a_backup(ctx, workspace):
     """A rollback deletes the backup it restores: a file of the workspace that is not a backup (a fixture, the plan
     itself, a file in a folder under the backups) is refused by name, and nothing changes."""
@@ -67,6 +66,7 @@ def test_rollback_restores_only_from_a_backup(ctx, workspace):
         with pytest.raises(WorkspaceError, match=f"'{re.escape(other)}' is not a backup in {BACKUP_DIR}"):
             service.rollback(ctx, backup=other, dry_run=False)
     assert workspace_files(workspace) == before
+
 
 class EditedMeanwhile(BuiltinObjective):
     """The model, whose first evaluation also rewrites the workspace's plan as ``edit``: another apply, or a person's
@@ -196,6 +196,7 @@ def test_where_no_plan_passes_the_gate_the_best_ones_reasons_say_why(ctx, worksp
     assert result["reasons"] == ["no fixture or history plan passes the gate",
                                  f"the best of them (fixture:tied, plan {plan_hash(tied)}): does not improve dev (178866 >= 178866)"]
 
+
 def test_a_fixture_that_is_not_a_plan_is_left_out_and_named(ctx, workspace):
     (workspace / "fixtures" / "typo.json").write_text('{"plan": {"block_m": 64,}}')
     (workspace / "fixtures" / "partial.json").write_text('{"plan": {"block_m": 3}}')
@@ -296,7 +297,6 @@ def test_paths_are_confined_to_the_workspace(ctx, bad):
         service.run_objective(ctx, "dev", bad + ".json")
 
 
-
 @pytest.mark.parametrize("bad", ["", "a\x00b.json", "p" * 5000 + ".json"])
 def test_a_path_that_is_empty_malformed_or_too_long_is_refused_by_name(ctx, workspace, bad):
     before = workspace_files(workspace)
@@ -306,6 +306,7 @@ def test_a_path_that_is_empty_malformed_or_too_long_is_refused_by_name(ctx, work
         with pytest.raises(WorkspaceError, match="is empty, malformed or longer than 512 characters"):
             service.record_result(ctx, path=bad)
     assert workspace_files(workspace) == before
+
 
 def test_symlinks_out_of_the_workspace_are_refused(ctx, workspace, tmp_path):
     outside = tmp_path / "outside.json"

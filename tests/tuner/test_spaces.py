@@ -70,7 +70,6 @@ def test_draws_are_uniform_among_what_the_restrictions_allow():
     assert len(space_from_t1(t1([{"Name": "x", "Values": [1, 2]}], ["x > 2"])).draw(5, np.random.default_rng(0))) == 0
 
 
-
 def test_knobs_linked_past_what_draw_lists_are_drawn_again_where_their_restrictions_fail():
     """Three knobs of 256 values that one restriction links make 16.7 million configurations, too many to list: a draw
     redraws those the restriction rules out, and returns only allowed ones (fewer where it allows almost nothing)."""
@@ -81,6 +80,7 @@ def test_knobs_linked_past_what_draw_lists_are_drawn_again_where_their_restricti
     narrow = space_from_t1(t1(params, ["x < 64 and y < 64 and z < 64"]))     # one in 64: half the rows found in 50 tries
     rows = narrow.draw(200, np.random.default_rng(0))
     assert 50 < len(rows) < 200 and narrow.allowed(rows).all()
+
 
 @pytest.mark.parametrize("strategy", ["quick", "bayes", "checkpoint", "focused"])
 def test_a_space_that_allows_one_configuration_in_30000_is_still_searched(tmp_path, strategy):
@@ -273,7 +273,6 @@ T4_RESULTS_SCHEMA = {                                  # the constraints of the 
                                "unit": {"type": "string"}}}}}}}}}
 
 
-
 def test_a_configuration_given_as_an_object_is_scored_or_refused_naming_the_knob(tmp_path):
     """As an agent passes it through MCP: an object of knob values is looked up as it is; one outside the space is
     refused by the knob, the value and what is allowed, and runs nothing."""
@@ -288,6 +287,7 @@ def test_a_configuration_given_as_an_object_is_scored_or_refused_naming_the_knob
         with pytest.raises(SpaceError) as caught:
             service.run_objective(ctx, plan=wrong)
         assert str(caught.value) == said
+
 
 @pytest.mark.parametrize("thinned", [False, True])
 def test_a_study_exported_as_t4_results_replays_as_the_measurements_it_made(tmp_path, monkeypatch, thinned):
