@@ -15,7 +15,7 @@ from itertools import pairwise
 from pathlib import Path
 
 import pytest
-from conftest import ROOT, scored_in, until
+from conftest import BEST_DEV, ROOT, scored_in, until
 
 
 def tuner(workspace, *args, timeout=300):
@@ -85,6 +85,18 @@ def test_bad_input_exits_2_with_one_clear_line(workspace, args, fragment):
     assert out.returncode == 2, out.stderr
     said, = out.stderr.splitlines()                                 # argparse's own errors too: no usage before them
     assert fragment in said and said.startswith("tuner"), out.stderr
+
+
+def test_the_main_job_says_why_no_plan_passes_the_gate(workspace):
+    """On a plan already at the best dev cycles the main job applies nothing, and its summary says which plan came
+    closest and the gate's reason, not only that no plan passed."""
+    (workspace / "kernel_plan.json").write_text(json.dumps(BEST_DEV))
+    out = tuner(workspace, "run", "--time-s", "5")
+    assert out.returncode == 0, out.stderr
+    said = next(line for line in out.stdout.splitlines() if line.startswith("no candidate passed the gate: "))
+    assert said.startswith("no candidate passed the gate: no fixture or history plan passes the gate; the best of them (history, plan ")
+    assert said.endswith("): does not improve dev (178866 >= 178866)")
+    assert json.loads((workspace / "kernel_plan.json").read_text()) == BEST_DEV
 
 
 def test_a_history_under_a_file_is_bad_input_for_readers_and_writers(workspace):

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import ROOT, toy_cache, where_nothing_can_be_written, workspace_files
+from conftest import BEST_DEV, BEST_DEV_FASTER_FINAL, ROOT, toy_cache, where_nothing_can_be_written, workspace_files
 
 from tuner import gate, service
 from tuner.objectives.builtin import BuiltinObjective
@@ -181,11 +181,7 @@ def test_where_no_plan_passes_the_gate_the_best_ones_reasons_say_why(ctx, worksp
     """A plan that ties the current one on dev and is faster on final ranks above it, yet the gate wants dev better:
     the refusal names that plan and the gate's reason, not only that no plan passed (which read as a failure after a
     plan a person picked among equals on dev)."""
-    best = {"q_layout": "swizzled_mn", "k_layout": "swizzled_nk", "v_layout": "swizzled_kd", "o_layout": "streamed", "block_m": 64,
-            "block_n": 64, "block_k": 64, "num_warps": 8, "vector_width": 16, "accum": "sequential", "softmax": "approx_poly",
-            "schedule": "split_pipeline", "dma_stages": 2, "prefetch_distance": 2, "dma_burst": 128, "split_k": 1,
-            "swizzle": "tensorcore", "epilogue": "fused_scale", "scratchpad_kb": 48}
-    tied = dict(best, softmax="online", dma_stages=3, prefetch_distance=3, scratchpad_kb=64)
+    best, tied = BEST_DEV, BEST_DEV_FASTER_FINAL
     (workspace / "kernel_plan.json").write_text(json.dumps(best))
     (workspace / "fixtures" / "tied.json").write_text(json.dumps({"name": "tied", "plan": tied}))
     dev, final = ({name: service.run_objective(ctx, mode, plan)["best_cycles"] for name, plan in (("best", best), ("tied", tied))}
@@ -305,6 +301,30 @@ def test_a_path_that_is_empty_malformed_or_too_long_is_refused_by_name(ctx, work
     if bad:                                                         # a result's path must name a .json file first
         with pytest.raises(WorkspaceError, match="is empty, malformed or longer than 512 characters"):
             service.record_result(ctx, path=bad)
+    assert workspace_files(workspace) == before
+
+
+@pytest.mark.parametrize(("call", "said"), [
+    (lambda c: service.benchmark_plan(c, modes=[]), "modes must be a non-empty list of distinct modes from ['dev', 'final'], got []"),
+    (lambda c: service.benchmark_plan(c, modes=["dev", "dev"]), "modes must be a non-empty list of distinct modes"),
+    (lambda c: service.benchmark_plan(c, repeats=0), "repeats must be an integer from 1 to"),
+    (lambda c: service.local_neighborhood_search(c, fixture="tensor_plan_attempt1_best", plan="kernel_plan.json"),
+     "give either fixture or plan, not both"),
+    (lambda c: service.search_plans(c, max_evals=True), "max_evals must be a positive number up to"),
+    (lambda c: service.search_plans(c, max_evals=10**12), "max_evals must be a positive number up to"),
+    (lambda c: service.export_candidate_fixture(c, "mine", overwrite="yes"), "overwrite must be true or false (a boolean), got 'yes'"),
+    (lambda c: service.export_results(c, out="results/out.csv"), "out must name a .json file under results/, got 'results/out.csv'"),
+    (lambda c: service.report(c, out="results/report.txt"), "out must name an .html file under results/"),
+    (lambda c: service.record_result(c, path="notes.txt"), "path must name a .json file, got 'notes.txt'"),
+    (lambda c: service.run_workflow(c, apply="yes"), "apply must be a boolean, got 'yes'"),
+])
+def test_a_library_or_mcp_callers_out_of_bounds_argument_is_refused_by_name_and_writes_nothing(ctx, workspace, call, said):
+    """What the command line's parser refuses first, a caller of the service (an agent through MCP, a notebook) can
+    still pass: each is a ServiceError that names the argument and the value, before anything runs or is written."""
+    before = workspace_files(workspace)
+    with pytest.raises(service.ServiceError) as caught:
+        call(ctx)
+    assert said in str(caught.value)
     assert workspace_files(workspace) == before
 
 
