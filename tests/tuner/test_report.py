@@ -88,6 +88,20 @@ def test_report_of_a_cache_leaves_out_what_does_not_apply(tmp_path):
     ctx.close()
 
 
+@pytest.mark.parametrize(("tune_params", "sections"), [
+    ({"bx": [32], "tile": [1]}, ["convergence"]),                        # one configuration: nothing varies
+    ({"bx": [32, 64], "tile": [1]}, ["convergence", "marginals"]),       # two: too few trials to fit importance
+])
+def test_a_report_on_a_space_too_small_for_a_section_leaves_the_section_out(tmp_path, tune_params, sections):
+    records = {(bx, 1): bx / 32 for bx in tune_params["bx"]}
+    ctx = service.Context.create(tmp_path, objective=f"cache:{toy_cache(tmp_path, records, tune_params=tune_params)}")
+    assert service.search_plans(ctx, "quick", max_evals=5, seed=0)["evaluations"] == len(records)
+    out = service.report(ctx)
+    assert out["sections"] == sections and service.report_info(ctx)["importance"] == {}
+    assert "<h1>Tuning report: cache " in (tmp_path / out["path"]).read_text()
+    ctx.close()
+
+
 def test_the_report_counts_the_configurations_without_a_value_by_reason(tmp_path, monkeypatch):
     """A search where most configurations fail (a replayed cache without its restrictions, a program that crashes)
     drew no section for them, and where every one failed the page said the history held no scored plans."""
