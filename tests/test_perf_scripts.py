@@ -14,6 +14,8 @@ from conftest import ROOT, toy_cache
 
 from tuner.objectives.cache import T4_VERSION, t4_result
 
+BROKEN = gzip.compress(b'{"tune_params": {"bx": [1, 2')           # a cache cut short: not JSON
+
 
 @pytest.mark.parametrize(("script", "wrong", "named"), [
     ("cache_load.py", ["--records", "0"], "--records: '0' is not a count of at least 1"),
@@ -70,7 +72,7 @@ def test_real_caches_reports_what_it_cannot_replay_and_compares_the_rest(tmp_pat
     caches = tmp_path / "caches"
     caches.mkdir()
     toy_cache(caches, {(bx, tile): bx / 32 + tile for bx in (32, 64, 128) for tile in (1, 2)}, "gemm-tiny.json.gz")
-    (caches / "broken-A100.json.gz").write_bytes(gzip.compress(b'{"tune_params": {"bx": [1, 2'))
+    (caches / "broken-A100.json.gz").write_bytes(BROKEN)
     out = subprocess.run([sys.executable, str(ROOT / "perf" / "real_caches.py"), "--caches", str(caches), "--seeds", "1",
                           "--budget", "4", "--jobs", "1", "--methods", "quick"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
@@ -84,7 +86,7 @@ def test_headroom_on_caches_it_cannot_replay_says_so_and_ends_as_real_caches_doe
     no bad input (the script used to exit 2 with "no problem matches" under the line that said why)."""
     caches = tmp_path / "caches"
     caches.mkdir()
-    (caches / "broken-A100.json.gz").write_bytes(gzip.compress(b'{"tune_params": {"bx": [1, 2'))
+    (caches / "broken-A100.json.gz").write_bytes(BROKEN)
     out = subprocess.run([sys.executable, str(ROOT / "perf" / "headroom.py"), "--caches", str(caches), "--only", "broken",
                           "--seeds", "1", "--budgets", "1", "4", "--jobs", "1"], capture_output=True, text=True, cwd=tmp_path, timeout=300)
     assert out.returncode == 0 and not out.stderr, out.stderr
