@@ -17,6 +17,7 @@ import pytest
 from conftest import ROOT, reading, where_nothing_can_be_written
 
 from tuner.history import History, HistoryError, HistoryUnavailable, Row, TrialRecord, outlasting_outages, resolve_url, shown_url
+from tuner.objectives.base import Evaluations
 from tuner.plan import SPACE, encode, plan_hash
 from tuner.space import space_from_tune_params
 
@@ -81,6 +82,70 @@ def test_a_space_takes_over_the_value_another_space_measured_after_a_failure(tmp
     history.write(second.name, "time", [Row(h, 8.0, True, None, k2)], replaced=[h])      # measured again, as remeasure does
     assert history.adopt(third) == 2 and history.failures(third.name, "time") == (2, {})
     assert history.cached(third.name, "time", [h])[h].cycles == 8.0 and history.reasons(third.name, "time") == {}
+    history.close()
+
+
+def test_the_best_evaluations_are_the_best_correct_values_with_ties_by_plan_hash(tmp_path):
+    """``best_cached`` (the gate's and `rank_experiments`' seeds): the ``limit`` best evaluations that have a value and
+    passed the problem's check, by value, then by plan hash; a lower value that failed the check and a failure take
+    no place among them."""
+    space = space_from_tune_params({"k": list(range(8))})
+    idx = [space.encode({"k": k}) for k in range(8)]
+    outcomes = [(1.0, False), (None, False), (5.0, True), (3.0, True), (3.0, True), (2.0, False), (9.0, True), (4.0, True)]
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    history.write("o", "time", [Row(space.hash_idx(i), v, ok, None, i) for i, (v, ok) in zip(idx, outcomes, strict=True)])
+    tied = sorted(space.hash_idx(idx[k]) for k in (3, 4))
+    best = [(r.cycles, r.plan_hash) for r in history.best_cached("o", "time", 3)]
+    assert best == [(3.0, tied[0]), (3.0, tied[1]), (4.0, space.hash_idx(idx[7]))]
+    history.close()
+
+
+def test_a_space_takes_over_a_correct_time_in_the_place_of_a_value_that_failed_the_check(tmp_path):
+    """Of one program's spaces, the first (by name) measured k=1 with a value that failed the problem's check, the
+    second a correct time: a third space takes over the correct time, which counts as no failure. A read-only history
+    holds what it would take over in the place of the space's own failure (k=2: failed under the third space, timed
+    under the second)."""
+    def objective(name: str) -> SimpleNamespace:
+        return SimpleNamespace(name=name, measures="command:bench", space=space_from_tune_params({"k": [1, 2, 3]}))
+
+    first, second, third = objective("command:a"), objective("command:b"), objective("command:c")
+    k1, k2 = first.space.encode({"k": 1}), first.space.encode({"k": 2})
+    h1, h2 = first.space.hash_idx(k1), first.space.hash_idx(k2)
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    assert [history.adopt(space) for space in (first, second, third)] == [0, 0, 0]          # each space recorded
+    history.write(first.name, "time", [Row(h1, 5.0, False, 0.1, k1)])
+    history.write(second.name, "time", [Row(h1, 6.0, True, None, k1), Row(h2, 7.0, True, None, k2)])
+    history.write(third.name, "time", [Row(h2, None, False, None, k2, reason="CUDA error")])
+    reader = History(f"sqlite:///{tmp_path / 'h.db'}", read_only=True)
+    assert reader.adopt(third) == 2
+    assert {h: (r.cycles, r.correct) for h, r in reader.cached(third.name, "time").items()} == {h1: (6.0, True), h2: (7.0, True)}
+    assert reader.failures(third.name, "time") == (2, {}) and reader.best_cached(third.name, "time", 1)[0].plan_hash == h1
+    reader.close()
+    assert history.failures(third.name, "time") == (1, {h2: (None, "CUDA error")})      # the reader wrote nothing
+    history.close()
+
+
+def test_a_failure_is_measured_again_only_under_a_longer_time_limit(tmp_path):
+    """A run killed at a time limit says only that it took longer: ``scored`` runs it again under a longer limit (and
+    writes its new row in the failure's place), not under the same one; a crash is never run again."""
+    space = space_from_tune_params({"k": [1, 2, 3]})
+    idx = np.stack([space.encode({"k": k}) for k in (1, 2, 3)])
+    hashes = [space.hash_idx(row) for row in idx]
+    runs = []
+
+    def evaluate(batch: np.ndarray, mode: str) -> Evaluations:
+        runs.extend(space.hash_idx(row) for row in batch)
+        return Evaluations(np.full(len(batch), 2.0), np.ones(len(batch), bool), np.full(len(batch), np.nan))
+
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    history.write("o", "time", [Row(hashes[0], None, False, None, idx[0], timed_out_s=0.5, reason="took over 0.5 s"),
+                                Row(hashes[1], None, False, None, idx[1], reason="exited 3")])
+    for limit, measured in ((0.5, [hashes[2]]), (2.0, [hashes[0]])):
+        objective = SimpleNamespace(name="o", space=space, timeout_s=limit, evaluate=evaluate)
+        rows = history.scored(objective, "time", idx)
+        assert runs == measured and set(rows) == set(hashes), limit
+        runs.clear()
+    assert {h: r.cycles for h, r in history.cached("o", "time").items()} == dict(zip(hashes, [2.0, None, 2.0], strict=True))
     history.close()
 
 
