@@ -12,6 +12,7 @@ import pytest
 from tuner import gate, noise
 from tuner.objectives.base import Evaluations
 from tuner.objectives.builtin import BuiltinObjective
+from tuner.objectives.command import CommandObjective
 from tuner.plan import SPACE
 
 
@@ -39,6 +40,16 @@ def test_summary_and_comparison_are_deterministic_and_sensible():
     assert s["median"] == 100.0 and s["low"] <= 100.0 <= s["high"] and s["spread"] == pytest.approx(102 / 98 - 1)
     with pytest.raises(ValueError, match="finite"):
         noise.compare([1.0, np.inf], [1.0, 1.0])
+
+
+def test_a_summary_is_the_same_for_the_same_samples_and_none_where_a_measurement_failed():
+    """The bootstrap is seeded, so the same samples give the same interval; the comparison's ratio is of medians, which
+    one slow run does not move; a failed (``None``) or infinite measurement leaves no median to summarise."""
+    samples = np.random.default_rng(7).normal(100.0, 5.0, 200).tolist()    # enough that unseeded intervals differ
+    assert noise.summary(samples) == noise.summary(samples) != noise.summary(samples, seed=1)
+    assert noise.compare([10.0, 11.0, 30.0], [20.0, 22.0, 23.0]).ratio == 0.5
+    for failed in ([10.0, None, 11.0], [10.0, np.inf, 11.0]):
+        assert noise.summary(failed) == {"samples": 3, "median": None, "spread": None, "low": None, "high": None}
 
 
 def test_noisy_gate_applies_significant_gains_and_never_a_worse_final(workspace, iteration2):
@@ -93,6 +104,21 @@ def test_repeated_evaluation_of_a_noisy_workspace_benchmark(workspace):
         assert entry["candidate"]["samples"] == entry["against"]["samples"] == 5
         assert entry["candidate"]["spread"] > 0 and entry["candidate"]["low"] <= entry["candidate"]["median"] <= entry["candidate"]["high"]
         assert entry["comparison"]["better"] and entry["comparison"]["ratio"] < 0.2     # iteration-2 is many times faster
+
+
+def test_a_plan_is_correct_only_where_every_repeated_run_says_so(workspace, iteration2):
+    """A benchmark whose check fails one run in two (a race in the kernel, say) makes the plan incorrect, whatever its
+    median, and its error is the largest of its runs'."""
+    verdict = 'report["correct"], report["max_abs"] = runs % 2 == 0, [1e-5, 3e-4][runs % 2]\n'
+    flaky = NOISY_BENCHMARK.replace("print(json.dumps(report))", verdict + "print(json.dumps(report))")
+    (workspace / "benchmark.py").write_text(flaky)
+    objective = CommandObjective(workspace, repeats=2)
+    try:
+        result = objective.evaluate(SPACE.encode(iteration2)[None], "dev")
+    finally:
+        objective.close()
+    assert np.isfinite(result.cycles[0]) and result.correct.tolist() == [False] and len(result.samples[0]) == 2
+    assert result.max_abs.tolist() == [3e-4]
 
 
 def test_a_noisy_search_keeps_every_sample_and_ranks_by_the_median(workspace):
