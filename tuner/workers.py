@@ -50,9 +50,7 @@ def slot_environments(count: int, assignments: list[str]) -> list[dict[str, str]
 
 def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple[dict[str, Any], int]:
     """Run ``python -m tuner ARGV`` in ``count`` worker processes and wait for all of them (a stop signal, Ctrl-C included,
-    is passed on: each saves its work). The combined result, ranked in ``mode``, and the first
-    failing exit status (128 + N for a worker killed by signal N, as a shell says), else 1 when no configuration ran in any
-    worker, else 0."""
+    is passed on: each saves its work). The combined result, ranked in ``mode``, and the exit status (:func:`exit_status`)."""
     environments = slot_environments(count, assignments)
     command = [sys.executable, "-m", "tuner", *argv, "--workers", "1", "--json"]
     # stdin: a pipe this process never writes to, closed when it ends (stop_with_coordinator)
@@ -83,9 +81,17 @@ def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple
         except json.JSONDecodeError:
             results.append(None)
     combined = combine(results, codes, mode)
-    failing = [code if code > 0 else 128 - code for code, result in zip(codes, results, strict=True)   # killed by signal N: 128 + N
-               if code and not (code == 1 and result is not None and result.get("best") is None)]   # a worker that saw nothing
-    return combined, failing[0] if failing else int(combined["best"] is None)   # run (1, no best) is not one: the study's best decides
+    return combined, exit_status(codes, results, combined["best"] is not None)
+
+
+def exit_status(codes: list[int], results: list[dict[str, Any] | None], found: bool) -> int:
+    """The workers' exit status from each one's (``returncode``: -N where signal N killed it) and result (``None`` where
+    it printed none): the first failing one's (128 + N for a worker killed by signal N, as a shell says); else 1 when no
+    worker ``found`` a configuration with a value, else 0. A worker that exited 1 with a result that has no best ran
+    nothing: that is no failure of its own (the study's best decides)."""
+    failing = [code if code > 0 else 128 - code for code, result in zip(codes, results, strict=True)
+               if code and not (code == 1 and result is not None and result.get("best") is None)]
+    return failing[0] if failing else int(not found)
 
 
 def stop_with_coordinator() -> int | None:

@@ -24,7 +24,7 @@ from tuner import BLAS_THREADS
 from tuner.claims import Worker, audit
 from tuner.history import OUTAGE_S, WORKERS, History, Row, TrialRecord
 from tuner.plan import SPACE
-from tuner.workers import WorkersError, combine, slot_environments
+from tuner.workers import WorkersError, combine, exit_status, slot_environments
 
 PROFILE_SIZE = 1_814_400                                    # iteration3_dev_core
 
@@ -230,6 +230,15 @@ def test_worker_environments_and_combined_results():
                  "top": [{"plan_hash": h, "time": t, "correct": True}], "failed": 0, "failure_reasons": {}, "cached_failed": 0,
                  "cached": 0, "seconds": 1.0, "optimum": 2.0} for n, h, t in ((2, "e", 4.0), (3, "f", 2.5))]
     assert (combine(replayed, [0, 0], "time")["of_optimum"], combine(replayed[:1], [0], "time")["of_optimum"]) == (0.8, 0.5)
+
+
+def test_the_workers_exit_status_is_the_first_failure_else_whether_any_found_a_value():
+    """As a shell says it (128 + N for signal N); a worker that exited 1 having run nothing fails nothing."""
+    found, nothing = {"best": {"plan_hash": "a"}}, {"best": None}
+    assert exit_status([0, -signal.SIGKILL, 2], [found, None, None], True) == 137
+    assert exit_status([1, 0], [nothing, found], True) == 0 and exit_status([1, 1], [nothing, nothing], False) == 1
+    assert exit_status([1, 0], [None, found], True) == 1          # exited 1 without a result: a failure of its own
+    assert exit_status([0, 0], [found, found], True) == 0 and exit_status([0], [nothing], False) == 1
 
 
 # --- real processes -------------------------------------------------------------------------------
