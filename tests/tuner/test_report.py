@@ -15,7 +15,10 @@ import pytest
 from conftest import copy_workspace, toy_cache
 
 from tuner import report, service
+from tuner.history import Row
+from tuner.objectives.builtin import BuiltinObjective
 from tuner.plan import SPACE
+from tuner.space import space_from_tune_params
 
 
 @pytest.fixture(scope="module")
@@ -168,6 +171,35 @@ def test_failures_beyond_the_drawn_reasons_are_one_bar():
     info = report.failures_info(Failing(), "o", "time")
     assert info["failed"] == info["explained"] == 20 and len(info["reasons"]) == report.FAILURE_BARS + 1
     assert info["reasons"]["8 other reasons"] == 8 and sum(info["reasons"].values()) == 20
+
+
+def test_the_figure_data_leaves_out_what_its_figure_cannot_draw(iteration2):
+    """The marginals summarise correct values only (a lower value that failed the check is no best); the scatter draws
+    plans with a value in both modes (a log axis has no place for a failure); the noise, configurations run more than
+    once; the failures, the most frequent reason first, ties by name; the trace, plans that ran."""
+    class Held:
+        def sample(self, objective, mode, limit):
+            return [Row("a", 1.0, False, None, np.array([0])), Row("b", 4.0, True, None, np.array([0])),
+                    Row("c", 6.0, True, None, np.array([1])), Row("d", 8.0, True, None, np.array([1])),
+                    Row("e", None, False, None, np.array([1]))]
+
+        def paired(self, objective, first, second, limit):
+            return [(1.0, True, 2.0, True), (3.0, True, None, False), (None, False, 5.0, True), (4.0, True, 6.0, False)]
+
+        def samples(self, objective):
+            return {"a": [1.0, 1.2], "b": [2.0]}
+
+        def failures(self, objective, mode):
+            return 9, {"h1": (None, "c"), "h2": (None, "b"), "h3": (None, "a"), "h4": (None, "b"), "h5": (2.0, None)}
+
+    held, space = Held(), space_from_tune_params({"k": [1, 2]})
+    assert report.marginals_info(held, "o", "time", space) == {"k": {"values": ["1", "2"], "best": [4.0, 6.0], "median": [4.0, 7.0]}}
+    assert report.scatter_info(held, "o", "dev", "final") == {"dev": [1.0, 4.0], "final": [2.0, 6.0], "correct": [True, False]}
+    assert report.noise_info(held, "o") == {"median": [1.1], "spread": [pytest.approx(0.2)], "typical": pytest.approx(0.2)}
+    assert list(report.failures_info(held, "o", "time")["reasons"].items()) == [("b", 2), ("a", 1), ("c", 1), ("incorrect", 1)]
+    crowded = dict(iteration2, block_m=128, block_n=192, block_k=128, dma_stages=4, scratchpad_kb=48)    # cannot run
+    reports = {label: {"dev": BuiltinObjective().report(plan, "dev")} for label, plan in (("ran", iteration2), ("not", crowded))}
+    assert set(report.trace_info(reports)["dev"]) == {"ran"} and reports["not"]["dev"]["cases"]
 
 
 ALTERNATING = """import json, sys
