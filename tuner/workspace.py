@@ -248,7 +248,7 @@ def _check_kind(kind: str, rel: PurePosixPath) -> None:
     elif kind == "fixture":
         allowed = len(rel.parts) == 2 and rel.parts[0] == "fixtures" and rel.suffix == ".json"
     elif kind == "output":
-        allowed = len(rel.parts) >= 2 and rel.parts[0] == OUTPUT_DIR and rel.suffix in (".json", ".html")
+        allowed = rel.parts[0] == OUTPUT_DIR and rel.suffix in (".json", ".html")    # results/ alone has no suffix
     else:
         protected = any(text == p or text.startswith(p + "/") for p in PROTECTED) or ".git" in rel.parts
         allowed = rel.suffix == ".json" and text != PLAN_FILE and not protected and rel.name != Path(MANIFEST).name

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import stat
 import sys
+from datetime import datetime
 from importlib.metadata import version
 
 import anyio
@@ -15,8 +16,9 @@ from mcp import Client, StdioServerParameters
 from mcp.shared.exceptions import MCPError
 
 from tuner import service
+from tuner import workspace as workspace_module
 from tuner.mcp_server import build
-from tuner.workspace import WorkspaceError
+from tuner.workspace import Workspace, WorkspaceError
 
 RESULT = "results/out.json"
 CALLS = {
@@ -122,9 +124,10 @@ def test_record_result_writes_only_a_result_file(workspace):
 def test_export_refuses_to_replace_without_overwrite_and_never_follows_a_symlink(workspace):
     ctx = service.Context.create(workspace, tool="export_candidate_fixture")
     original = (workspace / "fixtures/baseline_row_major.json").read_text()
+    before = workspace_files(workspace)
     with pytest.raises(WorkspaceError, match="overwrite=true"):
         service.export_candidate_fixture(ctx, "baseline_row_major", "tensor_plan_attempt1_best")
-    assert (workspace / "fixtures/baseline_row_major.json").read_text() == original
+    assert workspace_files(workspace) == before                         # no backup either: nothing was to be replaced
     replaced = service.export_candidate_fixture(ctx, "baseline_row_major", "tensor_plan_attempt1_best", overwrite=True)
     assert (workspace / replaced["backup"]).read_text() == original
     plan = (workspace / "kernel_plan.json").read_text()
@@ -132,6 +135,42 @@ def test_export_refuses_to_replace_without_overwrite_and_never_follows_a_symlink
     with pytest.raises(WorkspaceError, match="symlink"):
         service.export_candidate_fixture(ctx, "x", "tensor_plan_iteration2_neighborhood_best", overwrite=True)
     assert (workspace / "kernel_plan.json").read_text() == plan
+
+
+@pytest.mark.parametrize(("kind", "path"), [
+    ("plan", "fixtures/kernel_plan.json"), ("output", "results/run.sh"), ("output", "results.json"),
+    ("result", "vendor/.git/hooks.json"), ("result", "elsewhere/harnessgym-mcp.json")])
+def test_each_kind_of_write_may_touch_only_its_own_files(workspace, kind, path):
+    """The plan is the workspace's own file; an output a .json or .html under results/; a result no file of a nested
+    repository's .git and no MCP manifest, wherever they lie."""
+    before = workspace_files(workspace)
+    with pytest.raises(WorkspaceError, match=f"{kind} write may not touch"):
+        Workspace.at(workspace).write(kind, path, "{}")
+    assert workspace_files(workspace) == before
+
+
+def test_two_backups_made_in_the_same_microsecond_are_both_kept(workspace, monkeypatch):
+    class Frozen(datetime):
+        @classmethod
+        def now(cls, tz=None):
+            return datetime(2026, 12, 1, tzinfo=tz)
+
+    monkeypatch.setattr(workspace_module, "datetime", Frozen)
+    ws, original = Workspace.at(workspace), (workspace / "kernel_plan.json").read_text()
+    first, second = ws.write("plan", "kernel_plan.json", "{}"), ws.write("plan", "kernel_plan.json", original)
+    assert first != second and [(workspace / b).read_text() for b in (first, second)] == [original, "{}"]
+
+
+def test_fixtures_in_a_folder_that_leads_outside_the_workspace_are_not_listed(workspace, tmp_path):
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "outside.json").write_text((workspace / "kernel_plan.json").read_text())
+    (workspace / ".harnessgym/fixtures").unlink()                   # a link to ../fixtures in the repository
+    (workspace / ".harnessgym/fixtures").symlink_to(elsewhere)
+    ws = Workspace.at(workspace)
+    assert "outside" not in ws.fixture_names() and "baseline_row_major" in ws.fixture_names()
+    with pytest.raises(WorkspaceError, match="leads outside the workspace"):
+        ws.fixture("outside")
 
 
 def test_a_tool_writes_nothing_it_did_not_declare(workspace):
