@@ -116,22 +116,23 @@ elif c["bx"] == 416:                                          # a silent crash: 
     os._exit(4)
 else:
     print({{96: "garbage, not JSON", 128: json.dumps({{"time": -5}}), 160: "true", 192: json.dumps({{"time": "fast"}}), 288: "",
-           320: "1" + "0" * 400, 352: "1" * 5000, 384: "[" * 100000}}[c["bx"]])    # past a float, past int parsing, past recursion
+           320: "1" + "0" * 400, 352: "1" * 5000, 384: "[" * 100000, 448: "0"}}[c["bx"]])    # past a float, int parsing, recursion
 """
 
 
 def test_a_misbehaving_program_is_a_failed_evaluation_and_leaves_no_process(kernel, tmp_path):
     (kernel / "bench.py").write_text(MISBEHAVING.format(misbehaviours=misbehaviours(tmp_path, 'c["bx"]', 32, 64)))
-    t1 = {"ConfigurationSpace": {"TuningParameters": [{"Name": "bx", "Values": "[32 * i for i in range(1, 14)]"}]}}
+    t1 = {"ConfigurationSpace": {"TuningParameters": [{"Name": "bx", "Values": "[32 * i for i in range(1, 15)]"}]}}
     objective = ProgramObjective(kernel, ["bench.py"], space_from_t1(t1), timeout_s=2)
     try:
-        result = objective.evaluate(np.arange(13, dtype=np.int16)[:, None], "time")
+        result = objective.evaluate(np.arange(14, dtype=np.int16)[:, None], "time")
     finally:
         objective.close()
     assert np.isinf(result.cycles[:7]).all() and not result.correct[:7].any() and result.cycles[7] == 2.5 and result.correct[7]
     assert result.reasons[0] == "bench.py took over 2 s and was killed" and result.reasons[1] == "bench.py exited 3: boom"
     assert all(r.startswith("bench.py printed ") and "not a time" in r for r in result.reasons[2:6] + result.reasons[8:12])
-    assert result.reasons[7] is None and np.isinf(result.cycles[8:]).all() and len(result.reasons) == 13
+    assert result.reasons[7] is None and np.isinf(result.cycles[8:]).all() and len(result.reasons) == 14
+    assert result.reasons[13].startswith("bench.py printed '0' as its last line, not a time (a positive number")
     assert result.reasons[12] == "bench.py exited 4" and result.reasons[2].endswith('{"time": T})')   # no empty stderr part
     assert result.reasons[6] == "bench.py was killed by SIGABRT: illegal memory access"
     assert "'garbage, not JSON'" in result.reasons[2] and "'true'" in result.reasons[4]

@@ -95,20 +95,14 @@ def _why_not_started(program: Path, exc: OSError) -> str:
 
 
 def _keep_end(pipe: IO[bytes], kept: bytearray) -> None:
-    """Read ``pipe`` to its end, keeping its last ``OUTPUT_KEPT`` bytes in ``kept``, after a line that says how many
-    bytes came before them when more came."""
-    dropped = 0
+    """Read ``pipe`` to its end, keeping its last ``OUTPUT_KEPT`` bytes in ``kept`` (what a run's result and reason
+    are read from: the last line of its stdout, the end of its stderr)."""
     with pipe:
         for chunk in iter(lambda: pipe.read1(1 << 16), b""):
             kept += chunk
             if len(kept) > 2 * OUTPUT_KEPT:
-                dropped += len(kept) - OUTPUT_KEPT
                 del kept[:-OUTPUT_KEPT]
-    if len(kept) > OUTPUT_KEPT:
-        dropped += len(kept) - OUTPUT_KEPT
-        del kept[:-OUTPUT_KEPT]
-    if dropped:
-        kept[:0] = f"[{dropped} bytes of output dropped]\n".encode()
+    del kept[:-OUTPUT_KEPT]
 
 
 def _kill_group(pid: int) -> None:
