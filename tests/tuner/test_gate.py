@@ -14,6 +14,7 @@ import pytest
 from conftest import BEST_DEV, BEST_DEV_FASTER_FINAL, ROOT, toy_cache, where_nothing_can_be_written, workspace_files
 
 from tuner import gate, service
+from tuner.history import rows_of
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.plan import plan_hash
 from tuner.workspace import BACKUP_DIR, OUTPUT_BACKUPS, Workspace, WorkspaceError, atomic_write
@@ -256,6 +257,62 @@ def test_a_fixture_that_cannot_be_written_is_named_by_its_own_path(workspace):
     fixtures.chmod(0o755)
     assert out.returncode == 1 and out.stderr.count("\n") == 1, out.stderr
     assert out.stderr.endswith(f"{str(fixtures / 'next_seed.json')!r}\n") and not (fixtures / "next_seed.json").exists(), out.stderr
+
+
+WRONG_ON_FINAL = dict(BEST_DEV_FASTER_FINAL, softmax="approx_poly")      # dev 178,866 correct; final 1,143,631 incorrect
+
+
+def test_each_study_is_ranked_by_its_best_plan_in_the_authority(ctx):
+    """A plan faster on final but slower on dev is its study's best, and ranks that study first: final is the
+    authority; dev only breaks its ties. A study whose plans are incorrect in a mode has no best to rank."""
+    plans = [BEST_DEV_FASTER_FINAL, dict(BEST_DEV_FASTER_FINAL, dma_burst=256), WRONG_ON_FINAL]  # dev 178,866, 190,847, 178,866;
+    name, space = ctx.objective.name, ctx.objective.space                                       # final 1,143,631, 1,021,968
+    idx = np.stack([space.encode(plan) for plan in plans])
+    hashes = [space.hash_idx(row) for row in idx]
+    for mode in ("dev", "final"):
+        ctx.history.write(name, mode, rows_of(ctx.objective.evaluate(idx, mode), hashes, idx))
+    dev = ctx.objective.evaluate(idx, "dev").cycles
+    for study, held in (("first-only", [0]), ("both", [0, 1]), ("incorrect", [2])):
+        members = [(hashes[i], float(dev[i])) for i in held]
+        ctx.history.write(name, "dev", [], ctx.history.study(f"{study}@{name}")._study_id, members=members)
+    ranking = service.rank_experiments(ctx)["ranking"]
+    assert [(r["study"], r["plan_hash"], r["final"]) for r in ranking] == [
+        (f"both@{name}", hashes[1], 1021968), (f"first-only@{name}", hashes[0], 1143631)]
+
+
+def test_the_best_verified_plan_never_makes_the_current_plans_final_worse(ctx, workspace):
+    """A fixture ranks first by dev but is slower on final than the current plan: the current plan is the best verified.
+    A fixture incorrect in a mode ranks after every correct plan."""
+    current = dict(BEST_DEV_FASTER_FINAL, dma_burst=256)                   # dev 190,847, final 1,021,968
+    (workspace / "kernel_plan.json").write_text(json.dumps(current))
+    (workspace / "fixtures" / "faster_dev.json").write_text(json.dumps(BEST_DEV_FASTER_FINAL))    # 178,866, 1,143,631
+    (workspace / "fixtures" / "wrong_on_final.json").write_text(json.dumps(WRONG_ON_FINAL))         # the same, incorrect
+    compared = service.compare_history(ctx)
+    ranked = ["fixture:faster_dev", "current", "fixture:tensor_plan_iteration2_neighborhood_best",
+              "fixture:tensor_plan_attempt1_best", "fixture:baseline_row_major", "fixture:wrong_on_final"]
+    assert [(r["source"], r["correct"]) for r in compared["rows"]] == [(source, source != ranked[-1]) for source in ranked]
+    assert compared["best_verified"]["plan_hash"] == plan_hash(current) and compared["current_is_best"]
+    idx = ctx.objective.space.encode(current)[None]
+    for mode in ("dev", "final"):                       # the history holds the current plan: the gate's seeds do too
+        ctx.history.write(ctx.objective.name, mode, rows_of(ctx.objective.evaluate(idx, mode), [plan_hash(current)], idx))
+    applied = service.apply_best_verified(ctx)          # the gate refuses the fixture, and says why: the current plan
+    assert "current_is_best" not in applied and applied["reasons"] == [   # ranks second among its seeds, not first
+        "no fixture or history plan passes the gate",
+        f"the best of them (fixture:faster_dev, plan {plan_hash(BEST_DEV_FASTER_FINAL)}): regresses final (1143631 > 1021968)"]
+
+
+def test_a_search_best_that_ties_with_the_current_configuration_leaves_it_the_best(tmp_path):
+    """The space's default (128, 2) and (32, 1) both take 2 ms: a search's best is (32, 1), whose plan hash sorts first,
+    and compare_history still calls the default the best: a tie is no reason to change it."""
+    times = {(bx, tile): 3.0 for bx in (128, 64, 32) for tile in (2, 1)} | {(128, 2): 2.0, (32, 1): 2.0}
+    cache = toy_cache(tmp_path, times, tune_params={"bx": [128, 64, 32], "tile": [2, 1]})
+    ctx = service.Context.create(tmp_path, objective=f"cache:{cache}")
+    service.search_plans(ctx, "quick", max_evals=6, seed=0)
+    compared = service.compare_history(ctx)
+    default, other = (ctx.objective.space.hash({"bx": bx, "tile": tile}) for bx, tile in ((128, 2), (32, 1)))
+    assert [(r["plan_hash"], r["time"]) for r in compared["rows"]] == [(default, 2), (other, 2)] and other < default
+    assert compared["current_is_best"] and compared["best_verified"]["plan"] == {"bx": 128, "tile": 2}
+    ctx.close()
 
 
 def test_a_write_that_fails_midway_leaves_no_partial_backup_and_the_plan_as_it_was(workspace, monkeypatch):

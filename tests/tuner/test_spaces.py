@@ -540,6 +540,21 @@ def test_a_space_file_with_a_bad_coupled_group_exits_2_and_writes_nothing(tmp_pa
     assert sorted(p.name for p in tmp_path.iterdir()) == ["toy.json.gz", "toy.t1.json"]
 
 
+def test_a_configuration_the_space_file_rules_out_is_no_seed_whatever_the_history_holds(tmp_path):
+    """A history an older version wrote may hold a time for a configuration that the space's restrictions rule out
+    (bx=32 here): the seeds that resume_search_history offers leave it out."""
+    cache = toy_cache(tmp_path, {(bx, t): bx / 32 + t for bx in (32, 64, 128) for t in (1, 2)})
+    (tmp_path / "no32.t1.json").write_text(json.dumps(t1([{"Name": "bx", "Values": [32, 64, 128]}, {"Name": "tile", "Values": [1, 2]}],
+                                                         ["bx > 32"])))
+    ctx = service.Context.create(tmp_path, objective=f"cache:{cache}", space=str(tmp_path / "no32.t1.json"))
+    space = ctx.objective.space
+    ruled_out, allowed = space.encode({"bx": 32, "tile": 1}), space.encode({"bx": 64, "tile": 1})
+    ctx.history.write(ctx.objective.name, "time", [Row(space.hash_idx(ruled_out), 0.5, True, None, ruled_out),
+                                                   Row(space.hash_idx(allowed), 3.0, True, None, allowed)])
+    assert [seed["plan"] for seed in service.resume_search_history(ctx)["seeds"]] == [{"bx": 64, "tile": 1}]
+    ctx.close()
+
+
 def test_a_measurement_the_space_file_rules_out_has_no_value_and_is_never_the_best(tmp_path):
     """A space file may restrict more than the tuning that made the cache did (a limit of another target): the cache then
     holds times of configurations that are not in the space. The main job took its default's time, the fastest of the
