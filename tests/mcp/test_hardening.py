@@ -150,6 +150,7 @@ def test_each_kind_of_write_may_touch_only_its_own_files(workspace, kind, path):
 
 
 def test_two_backups_made_in_the_same_microsecond_are_both_kept(workspace, monkeypatch):
+    """Two writes within the clock's resolution: the second backup does not replace the first, though the time stamp names them alike."""
     class Frozen(datetime):
         @classmethod
         def now(cls, tz=None):

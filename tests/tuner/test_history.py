@@ -86,9 +86,9 @@ def test_a_space_takes_over_the_value_another_space_measured_after_a_failure(tmp
 
 
 def test_the_best_evaluations_are_the_best_correct_values_with_ties_by_plan_hash(tmp_path):
-    """``best_cached`` (the gate's and `rank_experiments`' seeds): the ``limit`` best evaluations that have a value and
-    passed the problem's check, by value, then by plan hash; a lower value that failed the check and a failure take
-    no place among them."""
+    """``best_cached`` (the history's seeds of the gate and of resume_search_history): the ``limit`` best evaluations
+    that have a value and passed the problem's check, by value, then by plan hash; a lower value that failed the
+    check and a failure take no place among them."""
     space = space_from_tune_params({"k": list(range(8))})
     idx = [space.encode({"k": k}) for k in range(8)]
     outcomes = [(1.0, False), (None, False), (5.0, True), (3.0, True), (3.0, True), (2.0, False), (9.0, True), (4.0, True)]
