@@ -366,7 +366,8 @@ def test_a_t4_file_is_replayed_by_its_time_and_refused_where_it_would_be_maximiz
     (None, False, "CompilationFailedConfig", "compile"), (None, False, "RuntimeFailedConfig", "runtime"),
     (None, False, "InvalidConfig", "constraints"), (None, False, RULED_OUT, "constraints"),
     (None, False, "bench.sh exited 3: out of memory", "runtime"), (None, False, None, "runtime"),
-    (None, False, "ErrorConfig: timeout", "timeout"), (None, False, "ErrorConfig: correctness", "correctness")])   # replayed
+    (None, False, "ErrorConfig: timeout", "timeout"), (None, False, "ErrorConfig: correctness", "correctness"),   # replayed
+    (None, False, "CompilationFailedConfig: nvcc exited 2", "compile")])       # a program's {"error": ...} with its detail
 def test_a_t4_result_says_why_a_configuration_has_no_value(value, correct, failure, invalidity):
     result = t4_result({"bx": 32}, {"time": value}, "ms", correct, failure)
     assert result["invalidity"] == invalidity and result["correctness"] == int(correct)
