@@ -18,7 +18,7 @@ from tuner.objectives import Evaluations
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.objectives.cache import CacheObjective
 from tuner.plan import SPACE, encode
-from tuner.search import Search, Spec
+from tuner.search import Candidate, Search, Spec, number, shown
 from tuner.space import load_profile
 from tuner.strategies import STRATEGIES
 from tuner.strategies.checkpoint import climb
@@ -315,3 +315,18 @@ def test_quick_keeps_its_last_share_for_a_climb_from_the_best(tmp_path, monkeypa
     assert at == 300 - int(300 * quick.ENDGAME) and start == best                 # from the best, once the rest is spent
     assert all(call[0] < at for call in calls[:endgame[0]])
     assert outcome.evaluations == 300 and outcome.best.value <= best
+
+
+def test_a_finalist_shows_its_held_out_value_only_where_it_was_checked_and_a_failure_there_as_none(tmp_path, iteration2):
+    """Unchecked: no ``final`` keys (the workers rank it after the checked ones); checked and infeasible in final
+    (iteration-2 with block_m=128 runs on dev only): ``final`` null and ``final_correct`` false. Cycles are integers."""
+    modes, unchecked = ("dev", "final"), Candidate(encode(iteration2), 262009.0, True)
+    assert unchecked.as_dict(SPACE, modes) == {"plan_hash": SPACE.hash(iteration2), "plan": iteration2, "dev": 262009, "correct": True}
+    spec = Spec(strategy="quick", mode="dev", max_evals=2, include_final=True)
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), BuiltinObjective(), spec)
+    checked = [Candidate(encode(iteration2), 262009.0, True), Candidate(encode(dict(iteration2, block_m=128)), 288101.0, True)]
+    search.check_held_out(checked)
+    search.close()
+    shown_final = [{k: c.as_dict(SPACE, modes)[k] for k in ("final", "final_correct")} for c in checked]
+    assert shown_final == [{"final": 1496766, "final_correct": True}, {"final": None, "final_correct": False}]
+    assert type(number(262009.0)) is int and [shown(v) for v in (178866.0, 68.11664, None)] == ["178,866", "68.1166", "-"]
