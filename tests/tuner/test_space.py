@@ -9,7 +9,7 @@ import pytest
 from optuna.distributions import CategoricalDistribution, IntDistribution
 
 from tuner.plan import KNOBS, PROFILE_DIR, SPACE
-from tuner.space import ProfileError, load_profile, profile_names, space_from_tune_params
+from tuner.space import ProfileError, SpaceError, load_profile, profile_names, space_from_t1, space_from_tune_params
 
 PLAN_KNOBS = {k.name: [k.choices[0]] for k in KNOBS}      # a profile of one plan, each test changing one knob's list
 
@@ -106,3 +106,36 @@ def test_a_value_is_found_by_its_type_too():
         with pytest.raises(ValueError, match=r"knob 'm': .* is not one of True, 1\.0, 1, 2, a"):
             knob.index(value)
     assert all(v in knob for v in (True, 1.0, 1, 2, "a", 0.0, -0.0))
+
+
+def test_a_restriction_evaluated_row_by_row_keeps_what_the_others_rule_out():
+    """``tile / (bx - 64)`` divides by zero at bx=64, so it is evaluated configuration by configuration, and only where
+    ``bx > 32`` allows: bx=32, which it would allow, stays ruled out; bx=64 is ruled out by the fault, as Python's
+    ZeroDivisionError would rule it out."""
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": "bx", "Values": [32, 64, 128]},
+                                                                       {"Name": "tile", "Values": [1, 2]}],
+                                                  "Conditions": [{"Expression": "bx > 32"}, {"Expression": "tile / (bx - 64) < 1"}]}})
+    idx = np.array([[b, t] for b in range(3) for t in range(2)], dtype=np.int16)
+    assert space.allowed(idx).tolist() == [False, False, False, False, True, True]
+
+
+def test_a_restriction_that_cannot_be_evaluated_for_a_value_is_refused_when_the_space_is_read():
+    """The one-value knob and the four-value knob are both tried on every value when the space is read: the string
+    ``"x"`` breaks the arithmetic there, not in the middle of a search."""
+    data = {"ConfigurationSpace": {"TuningParameters": [{"Name": "bx", "Values": [32]}, {"Name": "mode", "Values": [1, 2, 3, "x"]}],
+                                   "Conditions": [{"Expression": "bx + mode > 0"}]}}
+    with pytest.raises(SpaceError, match=r"restriction 'bx \+ mode > 0' cannot be evaluated for \{\"bx\": 32, \"mode\": \"x\"\}"):
+        space_from_t1(data)
+
+
+def test_a_configuration_beside_a_plan_object_is_not_read_as_that_plan_and_a_boolean_ordinal_knob_shows_booleans():
+    """``{"plan": {...}}`` stands for its plan (a fixture), but an object that also names knobs is a configuration with an
+    unknown knob ``plan``; a knob of booleans declared ordinal is shown (optuna-dashboard) as its booleans, not 0 and 1."""
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "bx", "Values": [32, 64]}, {"Name": "flag", "Values": [False, True], "Kind": "ordinal"}]}})
+    assert space.validate({"plan": {"bx": 64, "flag": True}}) == {"bx": 64, "flag": True}
+    with pytest.raises(SpaceError, match="unknown knob 'plan'"):
+        space.validate({"bx": 32, "flag": False, "plan": {"bx": 64, "flag": True}})
+    shown = space.shown_distributions["flag"]
+    assert isinstance(shown, CategoricalDistribution) and list(shown.choices) == [False, True]
+    assert space.shown_internal(space.encode({"bx": 64, "flag": True})) == {"bx": 64.0, "flag": 1.0}
