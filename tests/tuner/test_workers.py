@@ -53,12 +53,27 @@ def test_a_plan_is_granted_once_and_the_study_budget_is_shared(tmp_path):
     history.close()
 
 
+def test_a_range_whose_claim_the_worker_did_not_hear_of_is_its_next_range(tmp_path):
+    """A worker asks for a range again without completing the one it has (the commit of its claim was lost to an outage,
+    so it retried): it gets the same range back, not the next one, which would leave the first claimed for ever."""
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    worker = _worker(history)
+    assert worker.claim_range(100, 10) == (0, 10) and worker.claim_range(100, 10) == (0, 10)
+    worker.complete_range(0, [])
+    assert worker.claim_range(100, 10) == (10, 20)
+    worker.leave()
+    history.close()
+
+
 def _silent_worker(history: History, name: str, age_s: float) -> None:
-    """A worker on another machine whose last heartbeat was ``age_s`` ago, holding plan:x."""
+    """A worker on another machine whose last heartbeat was ``age_s`` ago, holding plan:x. Its process number is one no
+    process here has (a child that ended): that machine's numbers say nothing of this one's processes."""
+    ended = subprocess.Popen([sys.executable, "-c", ""])
+    ended.wait()
     with history.engine.begin() as connection:
         now = history.now(connection)
         connection.execute(WORKERS.insert().values(worker=name, study_name="s", slot=5, host="elsewhere", local="another-machine",
-                                                   pid=os.getpid(), heartbeat=now - age_s))
+                                                   pid=ended.pid, heartbeat=now - age_s))
         connection.execute(text("insert into tuner_claims (study_name, item, size, worker, state, plan) "
                                 "values ('s', 'plan:x', 1, :w, 'claimed', '[0]')"), {"w": name})
 
