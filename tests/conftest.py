@@ -30,6 +30,8 @@ BEST_DEV = {"q_layout": "swizzled_mn", "k_layout": "swizzled_nk", "v_layout": "s
             "schedule": "split_pipeline", "dma_stages": 2, "prefetch_distance": 2, "dma_burst": 128, "split_k": 1,
             "swizzle": "tensorcore", "epilogue": "fused_scale", "scratchpad_kb": 48}
 BEST_DEV_FASTER_FINAL = dict(BEST_DEV, softmax="online", dma_stages=3, prefetch_distance=3, scratchpad_kb=64)
+# Changes after which a plan's scratchpad footprint exceeds its scratchpad_kb=48: a plan that cannot run.
+OVERFLOWING = {"block_m": 128, "block_n": 192, "block_k": 128, "dma_stages": 4, "scratchpad_kb": 48}
 
 
 def fixture_plan(name: str) -> Plan:

@@ -7,7 +7,7 @@ import subprocess
 import sys
 
 import pytest
-from conftest import ROOT
+from conftest import OVERFLOWING, ROOT
 
 from tuner.plan import KNOB_NAMES
 
@@ -135,7 +135,7 @@ def test_unknown_mode_is_an_input_error():
 
 
 def test_infeasible_plan_is_reported_with_an_actionable_reason(tmp_path):
-    plan = dict(BASE, block_m=128, block_n=192, block_k=128, dma_stages=4, scratchpad_kb=48)
+    plan = dict(BASE, **OVERFLOWING)
     path = tmp_path / "plan.json"
     path.write_text(json.dumps(plan))
     out = run("benchmark.py", "--json", "--plan", str(path))

@@ -263,18 +263,24 @@ SLOWER_DEV_FASTER_FINAL = dict(BEST_DEV_FASTER_FINAL, dma_burst=256)      # dev 
 WRONG_ON_FINAL = dict(BEST_DEV_FASTER_FINAL, softmax="approx_poly")      # dev 178,866 correct; final 1,143,631 incorrect
 
 
+def _recorded(ctx, plans: list[dict]) -> list[str]:
+    """``plans`` scored in every mode into the history, as a search would have left them; their plan hashes."""
+    space = ctx.objective.space
+    idx = np.stack([space.encode(plan) for plan in plans])
+    hashes = [space.hash_idx(row) for row in idx]
+    for mode in ctx.objective.modes:
+        ctx.history.write(ctx.objective.name, mode, rows_of(ctx.objective.evaluate(idx, mode), hashes, idx))
+    return hashes
+
+
 def test_each_study_is_ranked_by_its_best_plan_in_the_authority(ctx):
     """A plan faster on final but slower on dev is its study's best, and ranks that study first: final is the
     authority; dev only breaks its ties. A study whose plans are incorrect in a mode has no best to rank."""
-    plans = [BEST_DEV_FASTER_FINAL, SLOWER_DEV_FASTER_FINAL, WRONG_ON_FINAL]
-    name, space = ctx.objective.name, ctx.objective.space
-    idx = np.stack([space.encode(plan) for plan in plans])
-    hashes = [space.hash_idx(row) for row in idx]
-    for mode in ("dev", "final"):
-        ctx.history.write(name, mode, rows_of(ctx.objective.evaluate(idx, mode), hashes, idx))
-    dev = ctx.objective.evaluate(idx, "dev").cycles
+    name = ctx.objective.name
+    hashes = _recorded(ctx, [BEST_DEV_FASTER_FINAL, SLOWER_DEV_FASTER_FINAL, WRONG_ON_FINAL])
+    dev = ctx.history.cached(name, "dev", hashes)
     for study, held in (("first-only", [0]), ("both", [0, 1]), ("incorrect", [2])):
-        members = [(hashes[i], float(dev[i])) for i in held]
+        members = [(hashes[i], dev[hashes[i]].cycles) for i in held]
         ctx.history.write(name, "dev", [], ctx.history.study(f"{study}@{name}")._study_id, members=members)
     ranking = service.rank_experiments(ctx)["ranking"]
     assert [(r["study"], r["plan_hash"], r["final"]) for r in ranking] == [
@@ -293,9 +299,7 @@ def test_the_best_verified_plan_never_makes_the_current_plans_final_worse(ctx, w
               "fixture:tensor_plan_attempt1_best", "fixture:baseline_row_major", "fixture:wrong_on_final"]
     assert [(r["source"], r["correct"]) for r in compared["rows"]] == [(source, source != ranked[-1]) for source in ranked]
     assert compared["best_verified"]["plan_hash"] == plan_hash(current) and compared["current_is_best"]
-    idx = ctx.objective.space.encode(current)[None]
-    for mode in ("dev", "final"):                       # the history holds the current plan: the gate's seeds do too
-        ctx.history.write(ctx.objective.name, mode, rows_of(ctx.objective.evaluate(idx, mode), [plan_hash(current)], idx))
+    _recorded(ctx, [current])                           # the history holds the current plan: the gate's seeds do too
     applied = service.apply_best_verified(ctx)          # the gate refuses the fixture, and says why: the current plan
     assert "current_is_best" not in applied and applied["reasons"] == [   # ranks second among its seeds, not first
         "no fixture or history plan passes the gate",
@@ -397,8 +401,7 @@ def test_symlinks_out_of_the_workspace_are_refused(ctx, workspace, tmp_path):
 def test_tied_plans_break_by_hash_whatever_order_the_history_holds_them(tmp_path):
     from conftest import copy_workspace, fixture_plan
 
-    from tuner.history import rows_of
-    from tuner.plan import SPACE, encode
+    from tuner.plan import SPACE
 
     base = fixture_plan("tensor_plan_iteration2_neighborhood_best") | {"dma_stages": 1}
     tied = [base | {"prefetch_distance": 0}, base | {"prefetch_distance": 1}]       # no lookahead either way: same cycles
@@ -408,11 +411,8 @@ def test_tied_plans_break_by_hash_whatever_order_the_history_holds_them(tmp_path
         for fixture in (workspace / "fixtures").glob("*.json"):
             fixture.unlink()
         ctx = service.Context.create(workspace)
-        idx = np.stack([encode(p) for p in order])
-        for mode in ("dev", "final"):
-            result = ctx.objective.evaluate(idx, mode)
-            ctx.history.write(ctx.objective.name, mode, rows_of(result, [SPACE.hash_idx(i) for i in idx], idx))
-        assert len(set(ctx.objective.evaluate(idx, "dev").cycles.tolist())) == 1
+        hashes = _recorded(ctx, order)
+        assert len({row.cycles for row in ctx.history.cached(ctx.objective.name, "dev", hashes).values()}) == 1
         winners.add(service.apply_best_verified(ctx)["candidate_hash"])
         ctx.close()
     assert winners == {min(SPACE.hash(p) for p in tied)}

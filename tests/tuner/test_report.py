@@ -12,7 +12,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import copy_workspace, toy_cache
+from conftest import OVERFLOWING, copy_workspace, toy_cache
 
 from tuner import report, service
 from tuner.history import Row
@@ -197,7 +197,7 @@ def test_the_figure_data_leaves_out_what_its_figure_cannot_draw(iteration2):
     assert report.scatter_info(held, "o", "dev", "final") == {"dev": [1.0, 4.0], "final": [2.0, 6.0], "correct": [True, False]}
     assert report.noise_info(held, "o") == {"median": [1.1], "spread": [pytest.approx(0.2)], "typical": pytest.approx(0.2)}
     assert list(report.failures_info(held, "o", "time")["reasons"].items()) == [("b", 2), ("a", 1), ("c", 1), ("incorrect", 1)]
-    crowded = dict(iteration2, block_m=128, block_n=192, block_k=128, dma_stages=4, scratchpad_kb=48)    # cannot run
+    crowded = dict(iteration2, **OVERFLOWING)
     reports = {label: {"dev": BuiltinObjective().report(plan, "dev")} for label, plan in (("ran", iteration2), ("not", crowded))}
     assert set(report.trace_info(reports)["dev"]) == {"ran"} and reports["not"]["dev"]["cases"]
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import pytest
+from conftest import OVERFLOWING
 
 from tuner import service
 
@@ -22,7 +23,7 @@ def test_a_change_into_a_trap_is_named_among_the_findings(ctx, iteration2, chang
 
 
 def test_a_plan_that_cannot_run_is_traced_as_infeasible_with_the_reason(ctx, iteration2):
-    crowded = dict(iteration2, block_m=128, block_n=192, block_k=128, dma_stages=4, scratchpad_kb=48)
+    crowded = dict(iteration2, **OVERFLOWING)
     trace = service.trace_summary(ctx, crowded)
     assert trace == {"plan_source": "inline plan", "feasible": False, "reason": trace["reason"]}
     assert trace["reason"].startswith("scratchpad footprint ") and "exceeds scratchpad_kb=48" in trace["reason"]
