@@ -8,9 +8,11 @@ Everything else (attributes, subscripts, other calls, dunder names, lambdas, imp
 is refused with :class:`ExpressionError` naming the expression. Python's ``eval`` is never used.
 
 Names may be bound to numpy arrays: a condition is then evaluated for many configurations at once
-(``and``/``or``/``not``, conditional expressions and chained comparisons become element-wise). Each evaluates
+(``and``/``or``/``not``, ``in``, conditional expressions and chained comparisons become element-wise). Each evaluates
 an operand only where Python would (for the configurations its short-circuit reaches), so a guard such as
-``t == 0 or n % t == 0`` or ``0 < t <= n // t`` holds.
+``t == 0 or n % t == 0`` or ``0 < t <= n // t`` holds. What numpy would compute otherwise than Python for some
+configuration raises :class:`RowWise` instead (``len`` of a knob's values, ``'b' in s`` on strings, a list beside
+an array, an integer past 64 bits), and the caller evaluates that condition one configuration at a time.
 """
 
 from __future__ import annotations
@@ -34,7 +36,7 @@ _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
 }
 _COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
     ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
-    ast.GtE: operator.ge, ast.In: lambda a, b: a in b, ast.NotIn: lambda a, b: a not in b,
+    ast.GtE: operator.ge, ast.In: lambda a, b: _member(a, b), ast.NotIn: lambda a, b: _not(_member(a, b)),
 }
 
 
@@ -44,6 +46,15 @@ class ExpressionError(ValueError):
 
 class ArithmeticFault(ExpressionError):
     """An allowed expression that fails on its values as Python arithmetic would (a division by zero)."""
+
+
+class RowWise(ExpressionError):
+    """An allowed expression whose value on arrays numpy would compute otherwise than Python does for each
+    configuration: to be evaluated one configuration at a time."""
+
+
+def _sequence(value: Any) -> bool:
+    return isinstance(value, list | tuple | range)
 
 
 def _quote(text: str) -> str:
@@ -59,6 +70,12 @@ def _range(*args: Any) -> range:
     return out
 
 
+def _len(value: Any) -> int:
+    if isinstance(value, np.ndarray):
+        raise RowWise("len of a knob's values")               # numpy's len is the number of configurations
+    return len(value)
+
+
 def _list(*args: Any) -> list[Any]:
     """``list(x)`` of a list, tuple or range (Kernel Tuner's T1 files write ``[1, 2] + list(range(32, 1025, 32))``)."""
     if len(args) != 1 or not isinstance(args[0], list | tuple | range):
@@ -69,6 +86,8 @@ def _list(*args: Any) -> list[Any]:
 def _min_max(fold: Callable[[Any, Any], Any], builtin: Callable[..., Any]) -> Callable[..., Any]:
     def call(*args: Any) -> Any:
         if any(isinstance(a, np.ndarray) for a in args):
+            if len(args) < 2 or any(_sequence(a) for a in args):
+                raise RowWise(f"{builtin.__name__} of a sequence beside a knob's values")
             out = args[0]
             for a in args[1:]:
                 out = fold(out, a)
@@ -78,7 +97,7 @@ def _min_max(fold: Callable[[Any, Any], Any], builtin: Callable[..., Any]) -> Ca
 
 
 _FUNCTIONS: dict[str, Callable[..., Any]] = {
-    "range": _range, "list": _list, "len": len, "min": _min_max(np.minimum, min), "max": _min_max(np.maximum, max),
+    "range": _range, "list": _list, "len": _len, "min": _min_max(np.minimum, min), "max": _min_max(np.maximum, max),
 }
 
 
@@ -95,6 +114,51 @@ def _arithmetic(value: Any) -> Any:
     """``value``, with an array of booleans made integers: in arithmetic Python counts True as 1 (numpy's
     ``True + True`` is True)."""
     return value.astype(np.int64) if isinstance(value, np.ndarray) and value.dtype == bool else value
+
+
+def _member(item: Any, collection: Any) -> Any:
+    """``item in collection``; with arrays, element-wise where ``collection`` is a list, tuple or range of single
+    values (``x in [32, 64]``, ``x in [y, z]``), as Python's ``in`` compares with ``==``; otherwise :class:`RowWise`
+    (numpy's ``in`` asks whether any configuration matches; ``'b' in s`` looks for a substring in Python)."""
+    listed = collection if _sequence(collection) else ()
+    if not any(isinstance(v, np.ndarray) for v in (item, collection, *listed)):
+        return item in collection
+    if not _sequence(collection) or any(_sequence(c) for c in collection):
+        raise RowWise("'in' on a knob's values")
+    found = np.zeros(np.shape(item), dtype=bool)
+    for candidate in collection:
+        found = found | (item == candidate)
+    return found
+
+
+def _not(value: Any) -> Any:
+    return np.logical_not(value) if isinstance(value, np.ndarray) else not value
+
+
+def _beside_array(left: Any, right: Any) -> bool:
+    """Whether a list, tuple or range meets an array in an operation (numpy would broadcast the sequence
+    over the configurations; Python fails or compares it whole)."""
+    return (isinstance(left, np.ndarray) and _sequence(right)) or (isinstance(right, np.ndarray) and _sequence(left))
+
+
+def _fits_64_bits(op: ast.operator, left: Any, right: Any) -> bool:
+    """Whether ``left op right`` on integer arrays surely stays within 64 bits, where numpy would wrap it around
+    silently (Python's integers grow): bounded by the operands' largest magnitudes."""
+    arrays = isinstance(left, np.ndarray) or isinstance(right, np.ndarray)
+    integers = all(v.dtype.kind == "i" if isinstance(v, np.ndarray) else isinstance(v, int) for v in (left, right))
+    if not arrays or not integers or not isinstance(op, ast.Add | ast.Sub | ast.Mult | ast.Pow):
+        return True
+    a, b = _magnitude(left), _magnitude(right)
+    if isinstance(op, ast.Pow):
+        return a <= 1 or b * a.bit_length() < 63
+    return (a + b if isinstance(op, ast.Add | ast.Sub) else a * b) < 2 ** 63
+
+
+def _magnitude(value: Any) -> int:
+    """The largest absolute value of an integer or an integer array."""
+    if not isinstance(value, np.ndarray):
+        return abs(value)
+    return max(-int(value.min()), int(value.max())) if value.size else 0
 
 
 def _elementwise(vector: Callable[[Any, Any], Any], out: Any, value: Any) -> Any:
@@ -159,6 +223,8 @@ class _Interpreter:
         if op is None:
             raise self.refuse(node, f"operator {type(node.op).__name__} is not allowed")
         left, right = _arithmetic(self.run(node.left)), _arithmetic(self.run(node.right))
+        if _beside_array(left, right) or not _fits_64_bits(node.op, left, right):
+            raise RowWise(f"expression {_quote(self.text)}: numpy would compute {type(node.op).__name__} otherwise than Python")
         if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and abs(right) > 64:
             raise self.refuse(node, "exponent too large")
         if isinstance(node.op, ast.Mult) and (isinstance(left, list | tuple | str) or isinstance(right, list | tuple | str)):
@@ -170,7 +236,7 @@ class _Interpreter:
     def _UnaryOp(self, node: ast.UnaryOp) -> Any:
         value = self.run(node.operand)
         if isinstance(node.op, ast.Not):
-            return np.logical_not(value) if isinstance(value, np.ndarray) else not value
+            return _not(value)
         if isinstance(node.op, ast.USub):
             return -_arithmetic(value)
         if isinstance(node.op, ast.UAdd):
@@ -189,9 +255,12 @@ class _Interpreter:
         self.scopes = [{name: v[rows] if isinstance(v, np.ndarray) and v.shape[:1] == (total,) else v for name, v in scope.items()}
                        for scope in outer]
         try:
-            value = np.asarray(self.run(node))
+            value = self.run(node)
         finally:
             self.scopes = outer
+        if _sequence(value):
+            raise RowWise(f"expression {_quote(self.text)}: a sequence as the value for some configurations")
+        value = np.asarray(value)
         full = np.zeros(total, dtype=value.dtype)
         full[rows] = value
         return full
@@ -217,6 +286,8 @@ class _Interpreter:
             if isinstance(out, np.ndarray) and not out.any():
                 return out
             right = self.on(out, comparator) if isinstance(out, np.ndarray) else self.run(comparator)    # where the chain goes on
+            if _beside_array(left, right) and not isinstance(op, ast.In | ast.NotIn):
+                raise RowWise(f"expression {_quote(self.text)}: numpy would compare a sequence with each configuration")
             out = _elementwise(np.logical_and, out, _COMPARE[type(op)](left, right))
             if not isinstance(out, np.ndarray) and not out:
                 return out                                          # a chain short-circuits too
@@ -238,6 +309,8 @@ class _Interpreter:
         args = [self.run(a) for a in node.args]
         try:
             value = _FUNCTIONS[node.func.id](*args)
+        except RowWise:
+            raise
         except (TypeError, ValueError) as exc:
             raise self.refuse(node, f"{node.func.id}: {exc}") from None
         return self.made(node, value)

@@ -331,7 +331,8 @@ class Space:
         for condition in conditions:
             try:
                 with np.errstate(all="raise"):
-                    ok &= np.broadcast_to(np.asarray(evaluate(condition, names), dtype=bool), ok.shape)
+                    value = evaluate(condition, names)
+                ok &= np.asarray(value, dtype=bool) if isinstance(value, np.ndarray) else bool(value)   # a list is true, as in Python
             except ExpressionError:                        # a fault on the values, or the arrays past the bounds
                 faulted.append(condition)
         for condition in faulted:                          # row by row, where the other restrictions allow

@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tuner.expressions import MAX_ITEMS, ArithmeticFault, ExpressionError, evaluate, names_in
+from tuner.expressions import MAX_ITEMS, ArithmeticFault, ExpressionError, RowWise, evaluate, names_in
 from tuner.space import space_from_t1
 
 
@@ -111,6 +111,21 @@ def test_comprehensions_are_bounded():
         evaluate("[i * j for i in range(1000) for j in range(1000)]")
 
 
+@pytest.mark.parametrize("text", ["len(s) == 2", "'b' in s", "x * x > 0", "2 ** x > 0", "x * 2 ** 22 + x * 2 ** 22 > 0", "[1, 2] == x",
+                                  "min(x) > 1", "max(x, [1]) == 1", "x > 1 or [0]", "x in [1, [2]]", "x in s"])
+def test_on_arrays_what_numpy_computes_otherwise_than_python_is_left_to_each_configuration(text):
+    with pytest.raises(RowWise):
+        evaluate(text, {"s": np.array(["", "b", "ab"]), "x": np.array([1, 2, 2**40])})
+
+
+def test_on_arrays_in_compares_each_configuration_with_each_listed_value():
+    s, x, y = np.array(["", "b", "ab"]), np.array([1, 2, 3]), np.array([3, 2, 0])
+    assert evaluate("x in [1, y]", {"x": x, "y": y}).tolist() == [True, True, False]
+    assert evaluate("s not in ('b', 3) and 2 in [x, y, 5]", {"s": s, "x": x, "y": y}).tolist() == [False, False, False]
+    assert evaluate("3 in [x, y]", {"x": x, "y": y}).tolist() == [True, False, True]
+    assert evaluate("x * 2 ** 40 > 0", {"x": x}).tolist() == [True, True, True]          # within 64 bits: stays on arrays
+
+
 class Condition(NamedTuple):
     """A restriction's text beside the function Python computes from it, built together (the test needs no eval)."""
 
@@ -121,10 +136,18 @@ class Condition(NamedTuple):
         return self.text
 
 
-KNOBS = {"bx": [-2, 0, 3, 8], "tile": [0, 1, 2], "w": [0.5, 2.0]}
+KNOBS = {"bx": [-2, 0, 3, 8], "tile": [0, 1, 2], "w": [0.5, 2.0], "big": [3, 2**40], "s": ["", "b", "ab"]}
 BINARY = {"+": operator.add, "-": operator.sub, "*": operator.mul, "/": operator.truediv, "//": operator.floordiv,
           "%": operator.mod, "<": operator.lt, "<=": operator.le, "==": operator.eq, "!=": operator.ne, ">": operator.gt}
-LEAVES = st.sampled_from([Condition(n, lambda c, n=n: c[n]) for n in KNOBS] + [Condition(str(k), lambda c, k=k: k) for k in (0, 1, 3)])
+NUMBERS = [Condition(n, lambda c, n=n: c[n]) for n in ("bx", "tile", "w", "big")] + [Condition(str(k), lambda c, k=k: k) for k in (0, 1, 3)]
+MEMBERS = [        # numbers read off strings and lists, where numpy's meaning on arrays is not Python's for each configuration
+    Condition("('b' in s)", lambda c: "b" in c["s"]), Condition("(s < 'b')", lambda c: c["s"] < "b"),
+    Condition("len(s)", lambda c: len(c["s"])), Condition("(s in ['b', 'ab'])", lambda c: c["s"] in ["b", "ab"]),
+    Condition("(bx in [1, 3])", lambda c: c["bx"] in [1, 3]), Condition("(tile not in [bx, 2])", lambda c: c["tile"] not in [c["bx"], 2]),
+    Condition("(3 in [bx, tile])", lambda c: 3 in [c["bx"], c["tile"]]), Condition("([1, 3] != bx)", lambda c: c["bx"] != [1, 3]),
+    Condition("len([bx, s])", lambda c: len([c["bx"], c["s"]])),
+]
+LEAVES = st.sampled_from(NUMBERS + MEMBERS)
 
 
 def _binary(a: Condition, op: str, b: Condition) -> Condition:
@@ -139,15 +162,21 @@ def _chain(a: Condition, op: str, b: Condition, op2: str, c: Condition) -> Condi
     return Condition(f"({a.text} {op} {b.text} {op2} {c.text})", meaning)
 
 
+def _extreme(function: Callable[[Any, Any], Any], a: Condition, b: Condition) -> Condition:
+    return Condition(f"{function.__name__}({a.text}, {b.text})", lambda c: function(a.meaning(c), b.meaning(c)))
+
+
 def _combine(inner: st.SearchStrategy[Condition]) -> st.SearchStrategy[Condition]:
     both = st.tuples(inner, inner).map(lambda t: Condition(f"({t[0].text} and {t[1].text})", lambda c: t[0].meaning(c) and t[1].meaning(c)))
     either = st.tuples(inner, inner).map(lambda t: Condition(f"({t[0].text} or {t[1].text})", lambda c: t[0].meaning(c) or t[1].meaning(c)))
     negated = inner.map(lambda t: Condition(f"(not {t.text})", lambda c: not t.meaning(c)))
+    minus = inner.map(lambda t: Condition(f"(-{t.text})", lambda c: -t.meaning(c)))
+    extreme = st.builds(_extreme, st.sampled_from([min, max]), inner, inner)
     chosen = st.tuples(inner, inner, inner).map(lambda t: Condition(
         f"({t[0].text} if {t[1].text} else {t[2].text})", lambda c: t[0].meaning(c) if t[1].meaning(c) else t[2].meaning(c)))
     comparisons = st.sampled_from(["<", "<=", "==", "!=", ">"])
     chain = st.builds(_chain, inner, comparisons, inner, comparisons, inner)
-    return st.builds(_binary, inner, st.sampled_from(sorted(BINARY)), inner) | both | either | negated | chosen | chain
+    return st.builds(_binary, inner, st.sampled_from(sorted(BINARY)), inner) | both | either | negated | minus | extreme | chosen | chain
 
 
 def _python_allows(condition: Condition, config: dict[str, Any]) -> bool:
@@ -161,6 +190,9 @@ def _python_allows(condition: Condition, config: dict[str, Any]) -> bool:
 @given(condition=st.recursive(LEAVES, _combine, max_leaves=8))
 @example(condition=Condition("((bx < 3) + (tile < 3)) > 1", lambda c: ((c["bx"] < 3) + (c["tile"] < 3)) > 1))    # True + True is 2
 @example(condition=Condition("(w % bx) or (tile == 0)", lambda c: (c["w"] % c["bx"]) or (c["tile"] == 0)))
+@example(condition=Condition("('b' in s) and (len(s) == 2)", lambda c: "b" in c["s"] and len(c["s"]) == 2))      # numpy: any row, row count
+@example(condition=Condition("(big * big) > 0", lambda c: c["big"] * c["big"] > 0))                      # 2**80 wraps to 0 in int64
+@example(condition=Condition("([1, 3] != bx)", lambda c: c["bx"] != [1, 3]))                             # numpy compares element-wise
 def test_a_restriction_rules_out_exactly_what_python_would_for_each_configuration(condition):
     space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": n, "Values": v} for n, v in KNOBS.items()],
                                                   "Conditions": [{"Expression": condition.text}]}})
