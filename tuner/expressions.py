@@ -62,7 +62,7 @@ def _quote(text: str) -> str:
 
 
 def _range(*args: Any) -> range:
-    if not 1 <= len(args) <= 3 or not all(isinstance(a, int) and not isinstance(a, bool) for a in args):
+    if not 1 <= len(args) <= 3 or not all(isinstance(a, int) for a in args):
         raise ValueError("range takes one to three integers")
     out = range(*args)
     if len(out) > MAX_ITEMS:
@@ -225,7 +225,7 @@ class _Interpreter:
         left, right = _arithmetic(self.run(node.left)), _arithmetic(self.run(node.right))
         if _beside_array(left, right) or not _fits_64_bits(node.op, left, right):
             raise RowWise(f"expression {_quote(self.text)}: numpy would compute {type(node.op).__name__} otherwise than Python")
-        if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and abs(right) > 64:
+        if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and right > 64:
             raise self.refuse(node, "exponent too large")
         if isinstance(node.op, ast.Mult) and (isinstance(left, list | tuple | str) or isinstance(right, list | tuple | str)):
             sequence, count = (left, right) if isinstance(left, list | tuple | str) else (right, left)
@@ -327,8 +327,12 @@ class _Interpreter:
                 self.count(node, item.size)
             return
         gen = node.generators[level]
-        if not isinstance(gen.target, ast.Name) or gen.target.id.startswith("__") or gen.is_async:
+        if gen.is_async:
+            raise self.refuse(node, "an async comprehension is not allowed")
+        if not isinstance(gen.target, ast.Name):
             raise self.refuse(node, "a comprehension variable must be a plain name")
+        if gen.target.id.startswith("__"):
+            raise self.refuse(node, f"name {gen.target.id!r} is not allowed")
         iterable = self.run(gen.iter)
         if not isinstance(iterable, list | tuple | range):
             raise self.refuse(node, "a comprehension must iterate over a list or a range")
@@ -391,4 +395,4 @@ def names_in(text: str) -> set[str]:
             raise ExpressionError(f"expression {_quote(text)}: {why}")
     bound = {g.target.id for n in ast.walk(tree) if isinstance(n, ast.ListComp) for g in n.generators
              if isinstance(g.target, ast.Name)}
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - bound - set(_FUNCTIONS) - {"True", "False", "None"}
+    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - bound - set(_FUNCTIONS)

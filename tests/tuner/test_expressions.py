@@ -12,7 +12,7 @@ import pytest
 from hypothesis import example, given, settings
 from hypothesis import strategies as st
 
-from tuner.expressions import MAX_ITEMS, ArithmeticFault, ExpressionError, RowWise, evaluate, names_in
+from tuner.expressions import MAX_ITEMS, MAX_LENGTH, ArithmeticFault, ExpressionError, RowWise, evaluate, names_in
 from tuner.space import space_from_t1
 
 
@@ -29,9 +29,21 @@ from tuner.space import space_from_t1
     ("-(7 // 2) % 5", 2),
     ("+3 - -2", 5),
     ("[True, False, None] == [1 > 0, 1 < 0, None]", True),
+    ("list(range(True, 3))", [1, 2]),                   # Python's range takes booleans as integers
+    ("2 ** -3 + 2 ** 64", 0.125 + 2 ** 64),             # only a large positive exponent is bounded
+    ("  1 + 1\n", 2),                                   # surrounding blanks, as a file may write them
+    ("1" + " " * (MAX_LENGTH - 1), 1),
+    ("len(range(MAX_ITEMS))".replace("MAX_ITEMS", str(MAX_ITEMS)), MAX_ITEMS),
+    ("[x * 2 for x in range(3)] + [x]", [0, 2, 4, 7]),  # a comprehension's variable hides the knob of its name
 ])
 def test_what_t1_files_write_evaluates_like_python(text, value):
-    assert evaluate(text) == value
+    assert evaluate(text, {"x": 7}) == value
+
+
+def test_unary_plus_and_minus_make_booleans_integers_as_python_does():
+    assert [type(v) for v in evaluate("[+True, -(1 > 0)]")] == [int, int]
+    assert evaluate("+(x > 1) - -(x > 2)", {"x": np.array([1, 2, 3])}).tolist() == [0, 1, 2]
+    assert evaluate("+(x > 1)", {"x": np.array([1, 2])}).dtype.kind == "i"
 
 
 def test_names_are_bound_and_conditions_run_on_arrays():
@@ -77,7 +89,8 @@ def test_on_arrays_an_operand_is_evaluated_only_where_python_would(text, meaning
     ("import os", "not valid"),
     ("{1: 2}", "Dict"),
     ("unknown_knob > 1", "unknown name 'unknown_knob'"),
-    ("range(10**9)", "range of"),
+    ("range(10**9)", "range: range of 1000000000 items (at most 100000)"),
+    ("range(MAX_ITEMS + 1)".replace("MAX_ITEMS", str(MAX_ITEMS)), f"range of {MAX_ITEMS + 1} items"),
     ("list(range(10**9))", "range of"),
     ("list('abc')", "list takes one list, tuple or range"),
     ("list(range(60000)) + list(range(60000))", "builds or steps through more than"),
@@ -92,6 +105,7 @@ def test_on_arrays_an_operand_is_evaluated_only_where_python_would(text, meaning
     ("1+" * 990 + "1", "nested too deeply"),
     ("1 / 0", "fails"),
     ("x" * 3000, "longer than"),
+    ("1" + " " * MAX_LENGTH, "longer than"),
     ("b'x' == b'x'", "constant b'x' is not allowed"),
     ("__builtins__", "name '__builtins__' is not allowed"),
     ("x @ x", "operator MatMult is not allowed"),
@@ -99,6 +113,8 @@ def test_on_arrays_an_operand_is_evaluated_only_where_python_would(text, meaning
     ("~0", "operator Invert is not allowed"),
     ("[a for (a, b) in [(1, 2)]]", "a comprehension variable must be a plain name"),
     ("[c for c in 'abc']", "a comprehension must iterate over a list or a range"),
+    ("[a async for a in [1]]", "an async comprehension is not allowed"),
+    ("[1 for __class__ in [1]]", "name '__class__' is not allowed"),
 ])
 def test_anything_else_is_refused_with_the_expression_named(text, fragment):
     with pytest.raises(ExpressionError) as caught:
@@ -109,6 +125,15 @@ def test_anything_else_is_refused_with_the_expression_named(text, fragment):
 def test_comprehensions_are_bounded():
     with pytest.raises(ExpressionError, match=f"more than {MAX_ITEMS}"):
         evaluate("[i * j for i in range(1000) for j in range(1000)]")
+
+
+@pytest.mark.parametrize("text", ["[x, x]", "(x, 1, x)", "[x for i in range(2)]"])
+def test_lists_of_arrays_count_their_rows(text):
+    """An array of a knob's values for many configurations counts as as many items (the caller evaluates the
+    restriction one configuration at a time instead)."""
+    assert len(evaluate(text, {"x": np.zeros(MAX_ITEMS // 3)})) in (2, 3)
+    with pytest.raises(ExpressionError, match=f"more than {MAX_ITEMS}"):
+        evaluate(text, {"x": np.zeros(MAX_ITEMS // 2)})
 
 
 @pytest.mark.parametrize("text", ["len(s) == 2", "'b' in s", "x * x > 0", "2 ** x > 0", "x * 2 ** 22 + x * 2 ** 22 > 0", "[1, 2] == x",
