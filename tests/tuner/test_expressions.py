@@ -30,7 +30,7 @@ from tuner.space import space_from_t1
     ("+3 - -2", 5),
     ("[True, False, None] == [1 > 0, 1 < 0, None]", True),
     ("list(range(True, 3))", [1, 2]),                   # Python's range takes booleans as integers
-    ("2 ** -3 + 2 ** 64", 0.125 + 2 ** 64),             # only a large positive exponent is bounded
+    ("2 ** -100 * 2 ** 50 * 2 ** 50", 1.0),             # only a large positive exponent is bounded
     ("  1 + 1\n", 2),                                   # surrounding blanks, as a file may write them
     ("1" + " " * (MAX_LENGTH - 1), 1),
     ("len(range(MAX_ITEMS))".replace("MAX_ITEMS", str(MAX_ITEMS)), MAX_ITEMS),
@@ -137,7 +137,8 @@ def test_lists_of_arrays_count_their_rows(text):
 
 
 @pytest.mark.parametrize("text", ["len(s) == 2", "'b' in s", "x * x > 0", "2 ** x > 0", "x * 2 ** 22 + x * 2 ** 22 > 0", "[1, 2] == x",
-                                  "min(x) > 1", "max(x, [1]) == 1", "x > 1 or [0]", "x in [1, [2]]", "x in s"])
+                                  "(-x) * x < 0", "x * -2 ** 40 < 0", "x + [1]", "x != [1, 2]", "min(x) > 1", "max(x, [1]) == 1",
+                                  "x > 1 or [0]", "x in [1, [2]]", "x in s", "s in 'ab'"])
 def test_on_arrays_what_numpy_computes_otherwise_than_python_is_left_to_each_configuration(text):
     with pytest.raises(RowWise):
         evaluate(text, {"s": np.array(["", "b", "ab"]), "x": np.array([1, 2, 2**40])})
@@ -149,6 +150,14 @@ def test_on_arrays_in_compares_each_configuration_with_each_listed_value():
     assert evaluate("s not in ('b', 3) and 2 in [x, y, 5]", {"s": s, "x": x, "y": y}).tolist() == [False, False, False]
     assert evaluate("3 in [x, y]", {"x": x, "y": y}).tolist() == [True, False, True]
     assert evaluate("x * 2 ** 40 > 0", {"x": x}).tolist() == [True, True, True]          # within 64 bits: stays on arrays
+    assert evaluate("1 ** (x * 50) + 0 ** x", {"x": x}).tolist() == [1, 1, 1]              # so does a power of 0 or 1
+    assert evaluate("x * 2.0 ** 62 > 0", {"x": x}).tolist() == [True, True, True]        # and floating point
+
+
+def test_a_restriction_whose_value_is_a_list_is_true_where_the_list_is_not_empty():
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": "x", "Values": [0, 1, 2]}],
+                                                  "Conditions": [{"Expression": "[0] if x > 5 else [0, 0]"}, {"Expression": "[0] * x"}]}})
+    assert space.allowed(np.arange(3)[:, None]).tolist() == [False, True, True]
 
 
 class Condition(NamedTuple):
