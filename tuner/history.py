@@ -19,6 +19,7 @@ import logging
 import os
 import re
 import sqlite3
+import stat
 import sys
 import time
 import warnings
@@ -426,15 +427,17 @@ def _reading(url: str) -> dict[str, Any]:
 
 
 def _refused_path(file: Path) -> str | None:
-    """Why the system refuses ``file`` as a path (a name too long, a file where a folder should be), or ``None``; a
-    path that does not exist yet is no refusal."""
+    """Why ``file`` cannot be a history file (a name too long, a file where a folder should be, a folder, a device or
+    a pipe), or ``None``; a path that does not exist yet is no refusal."""
     try:
-        file.stat()
+        mode = file.stat().st_mode
     except FileNotFoundError:
         return None
     except OSError as exc:
         return exc.strerror or str(exc)
-    return None
+    if stat.S_ISDIR(mode):
+        return "it is a folder, not a history file"
+    return None if stat.S_ISREG(mode) else "it is a device or a pipe, not a history file"
 
 
 def _unwritable(file: Path) -> str | None:
@@ -498,8 +501,6 @@ class History:
             raise HistoryUnavailable(f"cannot write history {_safe(url)}: {why}; the commands that only read a history, such as "
                                      "compare_history, rank_experiments or report, read it there")
         if read_only and self.sqlite and not (file and file.is_file()):
-            if file is not None and file.exists():
-                raise HistoryUnavailable(f"cannot open history {_safe(url)}: it is a folder, not a history file")
             url = "sqlite://"                                # an empty history, in memory
         with stopping.held():                               # a stop signal waits until the history is open
             self._open(url, read_only)

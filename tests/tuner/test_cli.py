@@ -340,11 +340,15 @@ def test_a_history_in_the_workspace_studies_folder_creates_it(workspace):
 
 
 @pytest.mark.parametrize("command", ["compare_history", "search_plans"])       # read-only, and writing
-def test_a_history_that_is_a_folder_exits_2_with_one_line(workspace, command):
-    """A read-only tool took a folder given as the history for an empty history and showed no studies."""
-    out = tuner(workspace, "--history", str(workspace / "fixtures"), command)
+@pytest.mark.parametrize(("name", "why"), [("fixtures", "it is a folder"), ("pipe", "it is a device or a pipe")])
+def test_a_history_that_is_a_folder_or_a_pipe_exits_2_with_one_line(workspace, command, name, why):
+    """A read-only tool took a folder given as the history for an empty history and showed no studies; a pipe was
+    called a folder, and a search into it failed on a "disk I/O error"."""
+    if name == "pipe":
+        os.mkfifo(workspace / name)
+    out = tuner(workspace, "--history", str(workspace / name), command)
     assert out.returncode == 2 and len(out.stderr.splitlines()) == 1 and "Traceback" not in out.stderr, out.stderr
-    assert "fixtures" in out.stderr and not out.stdout
+    assert f"{name}': {why}, not a history file" in out.stderr and not out.stdout, out.stderr
 
 
 def test_a_search_into_an_in_memory_history_exits_2_with_one_line(workspace):
