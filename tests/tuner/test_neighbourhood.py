@@ -23,7 +23,7 @@ from tuner.space import space_from_t1
 from tuner.strategies import checkpoint
 from tuner.strategies.checkpoint import LIKELY_TO_FAIL, climb, step_neighbours
 from tuner.strategies.interactions import learn
-from tuner.strategies.neighbourhood import REPAIR_ROWS, coupled, grid, nearest_feasible, pairs, repairs, singles
+from tuner.strategies.neighbourhood import REPAIR_ROWS, _root, combined, coupled, grid, nearest_feasible, pairs, repairs, row_keys, singles
 
 POSITION = SPACE.position
 
@@ -376,3 +376,45 @@ def test_a_checkpoint_climb_converges_only_where_no_single_pair_or_grid_move_imp
     ordinal = tuple(j for j in range(len(values)) if search.space.ordinal[j])
     assert improving(singles(search.space, end)) == improving(pairs(search.space, end)) == 0
     assert improving(grid(search.space, end, ordinal)) == 0
+
+
+@given(value=st.integers(1, 10**15), degree=st.integers(1, 4))
+def test_the_integer_root_is_exact_where_floating_point_is_not(value, degree):
+    root = _root(value, degree)
+    assert root**degree <= value < (root + 1) ** degree
+
+
+def test_a_small_knob_leaves_the_rest_of_its_share_of_joint_moves_to_the_large_one():
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": "a", "Values": "list(range(1000))"},
+                                                                       {"Name": "s", "Values": [0, 1]}]}})
+    moves = coupled(space, np.array([500, 0], dtype=np.int16), ((0, 1),), limit=100)
+    assert len(moves) == 49 and set(moves[:, 0]) == set(range(475, 525)) - {500}     # 50 x 2 joint values, not 10 x 2
+
+
+TOY = space_from_t1({"ConfigurationSpace": {"TuningParameters": [
+    {"Name": "a", "Values": [1, 2, 4, 8]}, {"Name": "b", "Values": [1, 2, 4]}, {"Name": "c", "Values": ["x", "y", "z", "w"]}]}})
+
+
+def test_near_single_moves_step_ordinal_knobs_once_and_nominal_ones_anywhere():
+    center = np.array([1, 1, 1], dtype=np.int16)
+    moved = {(int(np.flatnonzero(row != center)[0]), int(row[row != center][0])) for row in singles(TOY, center, near=True)}
+    assert moved == {(0, 0), (0, 2), (1, 0), (1, 2), (2, 0), (2, 2), (2, 3)}
+
+
+def test_the_grid_lists_its_configurations_nearest_first():
+    center = np.array([1, 1, 1], dtype=np.int16)
+    distance = np.abs(grid(TOY, center, (0, 1, 2)).astype(int) - center).sum(axis=1)
+    assert len(distance) == 26 and (np.diff(distance) >= 0).all() and distance[0] == 1
+
+
+def test_combined_moves_join_two_best_singles_of_different_knobs_only():
+    center = np.array([1, 1, 1], dtype=np.int16)
+    moves = singles(TOY, center)
+    values = np.where((moves != center)[:, 2], 0.0, 1.0 + np.arange(len(moves)))      # the best three all move knob c
+    joined = combined(center, moves, values, keep=4)
+    assert len(joined) == 3 and ((joined != center).sum(axis=1) == 2).all()
+
+
+def test_row_keys_of_rows_laid_out_in_any_order_compare_their_values():
+    idx = np.arange(12, dtype=np.int16).reshape(4, 3)
+    assert np.array_equal(row_keys(idx[:, ::-1]), row_keys(idx[:, ::-1].copy()))

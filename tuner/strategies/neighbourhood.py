@@ -24,12 +24,11 @@ def _around(size: int, at: int, count: int) -> range:
 
 
 def _root(value: int, degree: int) -> int:
-    """The largest integer whose ``degree``-th power is at most ``value``."""
+    """The largest integer whose ``degree``-th power is at most ``value`` (below 2**53, where floating point's root is
+    off by far less than a half: rounding gives that integer or the next)."""
     root = round(value ** (1 / degree))
     while root**degree > value:
         root -= 1
-    while (root + 1) ** degree <= value:
-        root += 1
     return root
 
 
