@@ -387,12 +387,25 @@ def _refused_call(node: ast.Call) -> str | None:
 
 
 def names_in(text: str) -> set[str]:
-    """Free names ``text`` reads (comprehension variables excluded); :class:`ExpressionError` for a call the evaluator
+    """Free names ``text`` reads, scoped as Python scopes them (a comprehension's variable hides a knob of its name
+    only inside it; its first ``in`` reads the enclosing names); :class:`ExpressionError` for a call the evaluator
     refuses, so that ``abs(x)`` is named as a call, not taken for a knob called ``abs``."""
     tree = parse(text)
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and (why := _refused_call(node)) is not None:
             raise ExpressionError(f"expression {_quote(text)}: {why}")
-    bound = {g.target.id for n in ast.walk(tree) if isinstance(n, ast.ListComp) for g in n.generators
-             if isinstance(g.target, ast.Name)}
-    return {n.id for n in ast.walk(tree) if isinstance(n, ast.Name)} - bound - set(_FUNCTIONS)
+    free: set[str] = set()
+    stack: list[tuple[ast.AST, frozenset[str]]] = [(tree, frozenset())]       # a loop, not recursion: trees may be deep
+    while stack:
+        node, bound = stack.pop()
+        if isinstance(node, ast.Name):
+            free |= {node.id} - bound
+        elif isinstance(node, ast.ListComp):
+            for gen in node.generators:
+                stack.append((gen.iter, bound))
+                bound = bound | ({gen.target.id} if isinstance(gen.target, ast.Name) else set())
+                stack.extend((test, bound) for test in gen.ifs)
+            stack.append((node.elt, bound))
+        else:
+            stack.extend((child, bound) for child in ast.iter_child_nodes(node))
+    return free - set(_FUNCTIONS)

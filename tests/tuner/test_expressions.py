@@ -57,6 +57,23 @@ def test_names_are_bound_and_conditions_run_on_arrays():
     assert names_in("[i * tile for i in range(3)] and a < b") == {"tile", "a", "b"}
 
 
+@pytest.mark.parametrize(("text", "names"), [
+    ("len([x for x in range(3)]) == 3 and x > 1", {"x"}),       # the comprehension's x hides the knob only inside it
+    ("[x for x in range(x)]", {"x"}),                            # its first `in` reads the enclosing x
+    ("[y for y in range(3) if y < z]", {"z"}),
+    ("[a * b for a in range(2) for b in range(a, c)]", {"c"}),
+    ("1+" * 990 + "k", {"k"}),                                   # deeper than Python's recursion limit
+])
+def test_names_are_the_free_names_scoped_as_python_scopes_them(text, names):
+    assert names_in(text) == names
+
+
+def test_a_knob_named_like_a_comprehensions_variable_is_read_outside_it():
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": "x", "Values": [1, 2, 3]}],
+                                                  "Conditions": [{"Expression": "len([x for x in range(x)]) < 3 and x > 1"}]}})
+    assert space.allowed(np.arange(3)[:, None]).tolist() == [False, True, False]
+
+
 @pytest.mark.parametrize(("text", "meaning"), [
     ("t == 0 or n % t == 0", lambda t, n: t == 0 or n % t == 0),
     ("t != 0 and n // t > 1", lambda t, n: t != 0 and n // t > 1),
