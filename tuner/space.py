@@ -95,18 +95,17 @@ class Knob:
         try:
             return self._positions[type(value), value]
         except (KeyError, TypeError):                       # TypeError: a list or an object, no knob's value
-            raise ValueError(f"knob {self.name!r}: {value!r} is not one of {self.allowed()}") from None
+            raise ValueError(f"knob {self.name!r}: {_text(value)} is not one of {self.allowed()}") from None
 
     def allowed(self) -> str:
-        return ", ".join(str(c) for c in self.choices)
+        """The values as a person writes them in JSON (``true``, not ``True``; strings bare)."""
+        return ", ".join(json.dumps(c) if isinstance(c, bool) else str(c) for c in self.choices)
 
     def expected(self) -> str:
         kinds = {type(c) for c in self.choices}
-        if kinds == {int}:
-            return "an integer"
-        if kinds == {str}:
-            return "a string"
-        return "a number" if kinds <= {int, float} else "one of the listed values"
+        said = {frozenset({int}): "an integer", frozenset({str}): "a string", frozenset({bool}): "true or false",
+                frozenset({float}): "a number with a decimal point (1.0, not 1)"}
+        return said.get(frozenset(kinds), "a number" if kinds <= {int, float} else "one of the listed values")
 
 
 @dataclass(frozen=True)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import re
 import subprocess
 import sys
 import zlib
@@ -287,6 +288,18 @@ def test_a_configuration_given_as_an_object_is_scored_or_refused_naming_the_knob
         with pytest.raises(SpaceError) as caught:
             service.run_objective(ctx, plan=wrong)
         assert str(caught.value) == said
+
+
+@pytest.mark.parametrize(("values", "given", "said"), [
+    ([1.0, 2.5], 1, "value 1 must be a number with a decimal point (1.0, not 1), one of: 1.0, 2.5"),     # was "must be a number"
+    ([True, False], 1, "value 1 must be true or false, one of: true, false"),                   # was "one of: True, False"
+    ([1, 2.5], "1", 'value "1" must be a number, one of: 1, 2.5'),
+    ([1, "a"], None, "value null must be one of the listed values, one of: 1, a"),
+])
+def test_a_value_of_the_wrong_type_is_refused_with_what_json_would_have_written(values, given, said):
+    space = space_from_t1(t1([{"Name": "x", "Values": values}]))
+    with pytest.raises(SpaceError, match=f"^knob 'x': {re.escape(said)}$"):
+        space.validate({"x": given})
 
 
 @pytest.mark.parametrize("thinned", [False, True])
