@@ -414,9 +414,8 @@ def candidate_diff(ctx: Context, candidate: str | dict[str, Any], against: str |
 
 def require_some_configuration(ctx: Context) -> None:
     """:class:`ServiceError` when the space's restrictions allow no configuration at all: no search could score one."""
-    if ctx.objective.space.conditions and (never := ctx.objective.space.unsatisfiable()):
-        raise ServiceError(f"the space's restrictions allow no configuration: no values of the knobs they name pass "
-                           f"{', '.join(repr(c) for c in never)} together")
+    if ctx.objective.space.conditions and (why := ctx.objective.space.unsatisfiable()):
+        raise ServiceError(f"the space's restrictions allow no configuration: {why}")
 
 
 def _search(ctx: Context, spec: Spec) -> dict[str, Any]:

@@ -275,10 +275,14 @@ class Space:
                 rows[np.ix_(bad, positions)] = np.stack([rng.integers(0, self.sizes[p], len(bad)) for p in positions], axis=1)
         return rows[self.allowed(rows)]
 
-    def unsatisfiable(self) -> tuple[str, ...]:
-        """Restrictions that no values of the knobs they link pass together, so that the space allows no configuration
-        (empty when there are none among the groups of linked knobs that :meth:`draw` lists)."""
-        return next((conditions for _, conditions, table in self._groups if table is not None and not len(table)), ())
+    def unsatisfiable(self) -> str:
+        """Why the restrictions allow no configuration: one that reads no knob and is false, or restrictions that no
+        values of the knobs they link pass together (among the groups that :meth:`draw` lists); empty when neither."""
+        for condition in self.conditions:
+            if not self._reads[condition] and not self._passes((condition,), np.zeros((1, len(self.knobs)), dtype=np.int16))[0]:
+                return f"{condition!r} is false whatever the knobs' values"
+        never = next((conditions for _, conditions, table in self._groups if table is not None and not len(table)), ())
+        return f"no values of the knobs they name pass {', '.join(map(repr, never))} together" if never else ""
 
     @cached_property
     def linked(self) -> tuple[tuple[int, ...], ...]:
