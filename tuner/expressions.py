@@ -34,10 +34,6 @@ _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
     ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow,
 }
-_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
-    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
-    ast.GtE: operator.ge, ast.In: lambda a, b: _member(a, b), ast.NotIn: lambda a, b: _not(_member(a, b)),
-}
 
 
 class ExpressionError(ValueError):
@@ -87,7 +83,7 @@ def _min_max(fold: Callable[[Any, Any], Any], builtin: Callable[..., Any]) -> Ca
     def call(*args: Any) -> Any:
         if any(isinstance(a, np.ndarray) for a in args):
             if len(args) < 2 or any(_sequence(a) for a in args):
-                raise RowWise(f"{builtin.__name__} of a sequence beside a knob's values")
+                raise RowWise(f"{builtin.__name__} of a list or of a knob's values alone")
             out = args[0]
             for a in args[1:]:
                 out = fold(out, a)
@@ -135,6 +131,12 @@ def _not(value: Any) -> Any:
     return np.logical_not(value) if isinstance(value, np.ndarray) else not value
 
 
+_COMPARE: dict[type[ast.cmpop], Callable[[Any, Any], Any]] = {
+    ast.Eq: operator.eq, ast.NotEq: operator.ne, ast.Lt: operator.lt, ast.LtE: operator.le, ast.Gt: operator.gt,
+    ast.GtE: operator.ge, ast.In: _member, ast.NotIn: lambda a, b: _not(_member(a, b)),
+}
+
+
 def _beside_array(left: Any, right: Any) -> bool:
     """Whether a list, tuple or range meets an array in an operation (numpy would broadcast the sequence
     over the configurations; Python fails or compares it whole)."""
@@ -144,9 +146,9 @@ def _beside_array(left: Any, right: Any) -> bool:
 def _fits_64_bits(op: ast.operator, left: Any, right: Any) -> bool:
     """Whether ``left op right`` on integer arrays surely stays within 64 bits, where numpy would wrap it around
     silently (Python's integers grow): bounded by the operands' largest magnitudes."""
-    arrays = isinstance(left, np.ndarray) or isinstance(right, np.ndarray)
-    integers = all(v.dtype.kind == "i" if isinstance(v, np.ndarray) else isinstance(v, int) for v in (left, right))
-    if not arrays or not integers or not isinstance(op, ast.Add | ast.Sub | ast.Mult | ast.Pow):
+    if not isinstance(op, ast.Add | ast.Sub | ast.Mult | ast.Pow) or not (isinstance(left, np.ndarray) or isinstance(right, np.ndarray)):
+        return True
+    if not all(v.dtype.kind == "i" if isinstance(v, np.ndarray) else isinstance(v, int) for v in (left, right)):
         return True
     a, b = _magnitude(left), _magnitude(right)
     if isinstance(op, ast.Pow):
@@ -224,7 +226,7 @@ class _Interpreter:
             raise self.refuse(node, f"operator {type(node.op).__name__} is not allowed")
         left, right = _arithmetic(self.run(node.left)), _arithmetic(self.run(node.right))
         if _beside_array(left, right) or not _fits_64_bits(node.op, left, right):
-            raise RowWise(f"expression {_quote(self.text)}: numpy would compute {type(node.op).__name__} otherwise than Python")
+            raise RowWise(f"{type(node.op).__name__} of a list or past 64 bits")
         if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and right > 64:
             raise self.refuse(node, "exponent too large")
         if isinstance(node.op, ast.Mult) and (isinstance(left, list | tuple | str) or isinstance(right, list | tuple | str)):
@@ -259,7 +261,7 @@ class _Interpreter:
         finally:
             self.scopes = outer
         if _sequence(value):
-            raise RowWise(f"expression {_quote(self.text)}: a sequence as the value for some configurations")
+            raise RowWise("a list as the value for some configurations")
         value = np.asarray(value)
         full = np.zeros(total, dtype=value.dtype)
         full[rows] = value
@@ -287,7 +289,7 @@ class _Interpreter:
                 return out
             right = self.on(out, comparator) if isinstance(out, np.ndarray) else self.run(comparator)    # where the chain goes on
             if _beside_array(left, right) and not isinstance(op, ast.In | ast.NotIn):
-                raise RowWise(f"expression {_quote(self.text)}: numpy would compare a sequence with each configuration")
+                raise RowWise("a comparison of a list with a knob's values")
             out = _elementwise(np.logical_and, out, _COMPARE[type(op)](left, right))
             if not isinstance(out, np.ndarray) and not out:
                 return out                                          # a chain short-circuits too
