@@ -66,10 +66,17 @@ def _range(*args: Any) -> range:
     return out
 
 
-def _len(value: Any) -> int:
-    if isinstance(value, np.ndarray):
-        raise RowWise("len of a knob's values")               # numpy's len is the number of configurations
-    return len(value)
+def _texts(value: Any) -> bool:
+    """Whether ``value`` is a string or an array of strings (a string knob's values)."""
+    return isinstance(value, str) or (isinstance(value, np.ndarray) and value.dtype.kind == "U")
+
+
+def _len(value: Any) -> Any:
+    if not isinstance(value, np.ndarray):
+        return len(value)
+    if _texts(value):
+        return np.strings.str_len(value)                     # each configuration's string
+    raise RowWise("len of a knob's values")                 # numpy's len is the number of configurations
 
 
 def _list(*args: Any) -> list[Any]:
@@ -114,11 +121,13 @@ def _arithmetic(value: Any) -> Any:
 
 def _member(item: Any, collection: Any) -> Any:
     """``item in collection``; with arrays, element-wise where ``collection`` is a list, tuple or range of single
-    values (``x in [32, 64]``, ``x in [y, z]``), as Python's ``in`` compares with ``==``; otherwise :class:`RowWise`
-    (numpy's ``in`` asks whether any configuration matches; ``'b' in s`` looks for a substring in Python)."""
+    values (``x in [32, 64]``, ``x in [y, z]``), as Python's ``in`` compares with ``==``, or where both are strings
+    (``'b' in s``: a substring); otherwise :class:`RowWise` (numpy's ``in`` asks whether any configuration matches)."""
     listed = collection if _sequence(collection) else ()
     if not any(isinstance(v, np.ndarray) for v in (item, collection, *listed)):
         return item in collection
+    if _texts(item) and _texts(collection):
+        return np.strings.find(collection, item) >= 0        # a substring, in each configuration
     if not _sequence(collection) or any(_sequence(c) for c in collection):
         raise RowWise("'in' on a knob's values")
     found = np.zeros(np.shape(item), dtype=bool)
