@@ -246,6 +246,7 @@ def _repaired_by_definition(space, center: np.ndarray, moves: np.ndarray, feasib
     rows = np.array([np.where(np.arange(len(center)) == j, v, infeasible[i]) for i, j, v in candidates],
                     dtype=np.int16).reshape(-1, len(center))
     allowed = feasible(rows)
+
     def distance(j, v):
         return abs(v - int(center[j])) if space.ordinal[j] else 1
     least = {}
@@ -263,6 +264,7 @@ def test_repairs_are_the_nearest_fixes_whichever_knobs_and_rings_they_try(sizes,
     growing distance; neither changes what it returns. Same fixes, in the same order, as the contract written out one
     candidate at a time, on random spaces, restrictions and centers."""
     names = [f"k{i}" for i in range(len(sizes))]
+
     def pair():
         return data.draw(st.permutations(names))[:2]
     templates = [lambda: "{} + {} <= {}".format(*pair(), data.draw(st.integers(0, 60))),
@@ -287,6 +289,7 @@ def test_the_model_of_knobs_with_thousands_of_values_stays_bounded_and_still_lea
     it fails are still learned."""
     wide = space_from_t1({"ConfigurationSpace": {"TuningParameters": [
         {"Name": "a", "Values": "[i for i in range(3000)]"}, {"Name": "b", "Values": "[i for i in range(3000)]"}]}})
+
     def value(idx):
         return np.where(idx[:, 0] > 2000, np.inf, 1 + np.abs(idx[:, 0].astype(float) - idx[:, 1]) / 100)
 
