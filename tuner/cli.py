@@ -468,7 +468,7 @@ def _search_in_workers(args: argparse.Namespace, tool: str, kwargs: dict[str, An
     argv = [*_problem_argv(args), tool]
     for name, value in kwargs.items():
         if value is not None:
-            argv += [f"--{name.replace('_', '-')}", str(value).lower() if isinstance(value, bool) else str(value)]
+            argv += [f"--{name.replace('_', '-')}", str(value)]
     result, _ = workers.run(argv, args.workers, args.worker_env, mode)
     _say_signalled_workers(f"run ({tool})", result)
     for worker in result["per_worker"]:

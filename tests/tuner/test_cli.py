@@ -287,6 +287,14 @@ def test_version_is_the_installed_package_s(workspace):
     assert out.returncode == 0 and out.stdout == f"tuner (tensor-plan-optimizer) {version('tensor-plan-optimizer')}\n", out
 
 
+def test_readable_output_shows_every_item_of_a_list_an_empty_one_as_a_dash():
+    from tuner.cli import readable
+
+    result = {"rows": [{}, {"plan": {"x": 1}, "ok": True}], "reason": "first\nlast\n", "none": None, "values": [1.5, 2000]}
+    assert readable(result) == ["rows:", "  -", "  - plan:", "      x: 1", "    ok: true", "reason: |", "  first", "  last",
+                                "none: -", "values:", "  1.5, 2,000"]
+
+
 def test_every_option_has_help_and_the_default_output_is_readable(workspace):
     from tuner.cli import parser
 
@@ -312,7 +320,7 @@ def test_a_refusal_exits_1_and_keeps_the_plan(workspace):
     (workspace / "bad.json").write_text('{"block_m": 3}')
     out = tuner(workspace, "validate_plan", "--plan", "bad.json")
     assert out.returncode == 1 and "valid: false" in out.stdout
-    worse = tuner(workspace, "--json", "apply_candidate", "--plan", "baseline_row_major", "--dry-run", "false")
+    worse = tuner(workspace, "--json", "apply_candidate", "--plan", "baseline_row_major", "--dry-run", "False")   # any case
     assert worse.returncode == 1 and json.loads(worse.stdout)["passed"] is False
     assert (workspace / "kernel_plan.json").read_bytes() == before
 

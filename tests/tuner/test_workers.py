@@ -350,6 +350,30 @@ def test_a_worker_that_fails_fails_the_main_job_with_one_line_of_its_own(workspa
                                     "for the reason it gave above")
 
 
+def test_a_worker_of_the_main_job_stopped_by_a_signal_of_its_own_leaves_its_search_to_the_others(workspace):
+    """Only a worker that failed fails ``run --workers``: one that a signal to it alone stopped saved its progress, and
+    the other takes over its claims."""
+    url = f"sqlite:///{workspace / 'h.db'}"
+    history = History(url)
+    proc = _tuner(workspace, url, "run", "--workers", "2", "--time-s", "120")
+    deadline, victim = time.monotonic() + 300, None
+    while victim is None and time.monotonic() < deadline and proc.poll() is None:
+        rows = _rows(history, "select worker from tuner_claims where state = 'claimed' and item like 'range:%'")
+        for pid in {int(worker.split(":")[1]) for (worker,) in rows} - {proc.pid}:
+            with contextlib.suppress(ProcessLookupError):     # it may have finished since
+                os.kill(pid, signal.SIGSTOP)                   # held still: it cannot finish its claim meanwhile
+                if _rows(history, f"select 1 from tuner_claims where state = 'claimed' and worker like '%:{pid}:%'"):
+                    victim = pid
+                    os.kill(pid, signal.SIGTERM)
+                os.kill(pid, signal.SIGCONT)
+            if victim:
+                break
+    out, err = proc.communicate(timeout=600)
+    assert victim is not None and proc.returncode == 0, err[-2000:]
+    assert "terminated by SIGTERM; it saved its progress" in err and json.loads(out)["best"]["dev"] == 178866, err[-2000:]
+    history.close()
+
+
 @pytest.mark.parametrize(("command", "named"), [
     (("bounded_exhaustive_search", "--profile", "nope"), "unknown profile 'nope'"),
     (("local_neighborhood_search", "--fixture", "nope"), "unknown fixture 'nope'"),
