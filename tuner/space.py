@@ -240,9 +240,12 @@ class Space:
 
     @cached_property
     def _tables(self) -> list[np.ndarray]:
-        """Each knob's values as an array; one that mixes strings with numbers keeps Python objects (numpy would
-        turn the numbers into strings)."""
-        return [np.array(k.choices, dtype=object if len({isinstance(c, str) for c in k.choices}) > 1 else None) for k in self.knobs]
+        """Each knob's values as an array; one that mixes strings with numbers, or has a string ending in a NUL
+        character, keeps Python objects (numpy would turn the numbers into strings, and drops trailing NULs)."""
+        def kept(choices: tuple[Any, ...]) -> bool:
+            return len({isinstance(c, str) for c in choices}) > 1 or any(isinstance(c, str) and c.endswith("\0") for c in choices)
+
+        return [np.array(k.choices, dtype=object if kept(k.choices) else None) for k in self.knobs]
 
     def allowed(self, idx: np.ndarray) -> np.ndarray:
         """Whether each configuration of ``idx`` passes every restriction (bool per row), as Python would

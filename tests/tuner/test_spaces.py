@@ -197,6 +197,11 @@ def test_a_knob_that_mixes_strings_and_numbers_keeps_its_values_in_restrictions(
     assert space.allowed(np.arange(4)[:, None]).tolist() == [True, True, True, False]      # as in Python, True == 1
 
 
+def test_a_string_ending_in_a_nul_character_keeps_it_in_restrictions():
+    space = space_from_t1(t1([{"Name": "s", "Values": ["a", "a\0", "b"]}], ["s != 'a' and len(s) < 3"]))
+    assert space.allowed(np.arange(3)[:, None]).tolist() == [False, True, True]       # numpy's strings drop the NUL
+
+
 def test_a_mixed_knob_keeps_its_values_when_a_restriction_is_evaluated_row_by_row():
     space = space_from_t1(t1([{"Name": "m", "Values": ["a", 1, 2.5]}, {"Name": "x", "Values": [0, 1, 2]}], ["m == 1 or 1 / x > 0"]))
     assert space.allowed(np.indices(space.sizes).reshape(2, -1).T).tolist() == [False, True, True, True, True, True, False, True, True]
