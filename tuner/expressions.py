@@ -172,6 +172,15 @@ def _magnitude(value: Any) -> int:
     return max(-int(value.min()), int(value.max())) if value.size else 0
 
 
+def _where(mask: np.ndarray, chosen: Any, other: Any) -> np.ndarray:
+    """``chosen`` where ``mask`` holds, else ``other``; :class:`RowWise` where one is strings and the other not (numpy
+    would write the numbers as strings: ``True`` would become ``'True'``)."""
+    chosen, other = np.asarray(chosen), np.asarray(other)
+    if (chosen.dtype.kind == "U") != (other.dtype.kind == "U"):
+        raise RowWise("a string in some configurations, a number in others")
+    return np.where(mask, chosen, other)
+
+
 def _elementwise(vector: Callable[[Any, Any], Any], out: Any, value: Any) -> Any:
     """``vector(out, value)`` where either is an array; otherwise ``value`` (the scalar operand that decides)."""
     return vector(out, value) if isinstance(out, np.ndarray) or isinstance(value, np.ndarray) else value
@@ -234,8 +243,9 @@ class _Interpreter:
         if op is None:
             raise self.refuse(node, f"operator {type(node.op).__name__} is not allowed")
         left, right = _arithmetic(self.run(node.left)), _arithmetic(self.run(node.right))
-        if _beside_array(left, right) or not _fits_64_bits(node.op, left, right):
-            raise RowWise(f"{type(node.op).__name__} of a list or past 64 bits")
+        formats = isinstance(node.op, ast.Mod) and isinstance(left, str) and isinstance(right, np.ndarray)   # str % array: a mapping
+        if formats or _beside_array(left, right) or not _fits_64_bits(node.op, left, right):
+            raise RowWise(f"{type(node.op).__name__} of a list, past 64 bits or formatting a string")
         if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and right > 64:
             raise self.refuse(node, "exponent too large")
         if isinstance(node.op, ast.Mult) and (isinstance(left, list | tuple | str) or isinstance(right, list | tuple | str)):
@@ -284,7 +294,7 @@ class _Interpreter:
                 truth = np.asarray(out, dtype=bool)
                 rest = truth if is_and else ~truth
                 if rest.any():
-                    out = np.where(rest, self.on(rest, item), out)
+                    out = _where(rest, self.on(rest, item), out)
             elif not out if is_and else out:
                 return out                                          # Python's short-circuit: the rest is not evaluated
             else:
@@ -311,7 +321,7 @@ class _Interpreter:
             truth = np.asarray(test, dtype=bool)
             if not truth.any() or truth.all():
                 return self.run(node.body if truth.all() else node.orelse)
-            return np.where(truth, self.on(truth, node.body), self.on(~truth, node.orelse))
+            return _where(truth, self.on(truth, node.body), self.on(~truth, node.orelse))
         return self.run(node.body) if test else self.run(node.orelse)
 
     def _Call(self, node: ast.Call) -> Any:

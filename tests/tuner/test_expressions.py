@@ -155,7 +155,8 @@ def test_lists_of_arrays_count_their_rows(text):
 
 @pytest.mark.parametrize("text", ["len(x) == 2", "x * x > 0", "2 ** x > 0", "x * 2 ** 22 + x * 2 ** 22 > 0", "[1, 2] == x",
                                   "(-x) * x < 0", "x * -2 ** 40 < 0", "x + [1]", "x != [1, 2]", "min(x) > 1", "max(x, [1]) == 1",
-                                  "x > 1 or [0]", "x in [1, [2]]", "x in s", "1 in s"])
+                                  "x > 1 or [0]", "x in [1, [2]]", "x in s", "1 in s",
+                                  "'b' % x", "len(s or x)", "len(True if s else 'b')"])       # formatting; numbers made strings
 def test_on_arrays_what_numpy_computes_otherwise_than_python_is_left_to_each_configuration(text):
     with pytest.raises(RowWise):
         evaluate(text, {"s": np.array(["", "b", "ab"]), "x": np.array([1, 2, 2**40])})
@@ -167,6 +168,7 @@ def test_on_arrays_in_len_and_arithmetic_within_64_bits_stay_element_wise():
     assert evaluate("s not in ('b', 3) and 2 in [x, y, 5]", {"s": s, "x": x, "y": y}).tolist() == [False, False, False]
     assert evaluate("3 in [x, y]", {"x": x, "y": y}).tolist() == [True, False, True]
     assert evaluate("('b' in s) + (s in 'xab') * 2 + len(s) * 4", {"s": s}).tolist() == [2, 7, 11]     # substrings, lengths
+    assert evaluate("len(s or 'xyz')", {"s": s}).tolist() == [3, 1, 2]                  # strings chosen among strings
     assert evaluate("x * 2 ** 40 > 0", {"x": x}).tolist() == [True, True, True]          # within 64 bits: stays on arrays
     assert evaluate("1 ** (x * 50) + 0 ** x", {"x": x}).tolist() == [1, 1, 1]              # so does a power of 0 or 1
     assert evaluate("x * 2.0 ** 62 > 0", {"x": x}).tolist() == [True, True, True]        # and floating point
