@@ -10,9 +10,11 @@ is refused with :class:`ExpressionError` naming the expression. Python's ``eval`
 Names may be bound to numpy arrays: a condition is then evaluated for many configurations at once
 (``and``/``or``/``not``, ``in``, conditional expressions and chained comparisons become element-wise). Each evaluates
 an operand only where Python would (for the configurations its short-circuit reaches), so a guard such as
-``t == 0 or n % t == 0`` or ``0 < t <= n // t`` holds. What numpy would compute otherwise than Python for some
-configuration raises :class:`RowWise` instead (``len`` of a knob's values, ``'b' in s`` on strings, a list beside
-an array, an integer past 64 bits), and the caller evaluates that condition one configuration at a time.
+``t == 0 or n % t == 0`` or ``0 < t <= n // t`` holds. A string knob's ``len`` and substring tests use numpy's
+string functions. What numpy would compute otherwise than Python for some configuration raises :class:`RowWise`
+instead (``len`` of a number knob, a list beside an array, an integer past 64 bits, a string formatted with ``%``,
+a string in some configurations and a number in others), and the caller evaluates that condition one configuration
+at a time.
 """
 
 from __future__ import annotations
