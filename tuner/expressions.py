@@ -83,7 +83,7 @@ def _len(value: Any) -> Any:
 
 def _list(*args: Any) -> list[Any]:
     """``list(x)`` of a list, tuple or range (Kernel Tuner's T1 files write ``[1, 2] + list(range(32, 1025, 32))``)."""
-    if len(args) != 1 or not isinstance(args[0], list | tuple | range):
+    if len(args) != 1 or not _sequence(args[0]):
         raise ValueError("list takes one list, tuple or range")
     return list(args[0])
 
@@ -178,7 +178,7 @@ def _where(mask: np.ndarray, chosen: Any, other: Any) -> np.ndarray:
     """``chosen`` where ``mask`` holds, else ``other``; :class:`RowWise` where one is strings and the other not (numpy
     would write the numbers as strings: ``True`` would become ``'True'``)."""
     chosen, other = np.asarray(chosen), np.asarray(other)
-    if (chosen.dtype.kind == "U") != (other.dtype.kind == "U"):
+    if _texts(chosen) != _texts(other):
         raise RowWise("a string in some configurations, a number in others")
     return np.where(mask, chosen, other)
 
@@ -357,7 +357,7 @@ class _Interpreter:
         if gen.target.id.startswith("__"):
             raise self.refuse(node, f"name {gen.target.id!r} is not allowed")
         iterable = self.run(gen.iter)
-        if not isinstance(iterable, list | tuple | range):
+        if not _sequence(iterable):
             raise self.refuse(node, "a comprehension must iterate over a list or a range")
         for value in iterable:
             self.count(node, 1)                     # every step of every loop, so that nested loops are bounded too
