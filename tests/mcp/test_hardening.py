@@ -55,6 +55,7 @@ async def test_every_tool_writes_only_what_it_declares_and_its_result_matches_it
             hints, writes = tools[name].annotations, service.WRITES[name]
             assert hints.read_only_hint is (not writes), name
             assert hints.destructive_hint is bool(writes - {"history"}), name
+            assert hints.idempotent_hint is (writes <= {"history"}), name             # a search again resumes; nothing else repeats
             assert tools[name].output_schema["properties"], name        # a real schema, not an empty object
             before = workspace_files(workspace)
             result = await client.call_tool(name, arguments)

@@ -152,17 +152,20 @@ def test_a_seed_fixes_the_whole_search(tmp_path, strategy, attempt1):
 
 def test_a_seed_fixes_the_search_across_processes(tmp_path):
     """Another process (another string-hash seed) makes the same evaluations in the same order, past TPE's window
-    of 300 trials (where ties in value once came out in set order)."""
-    script = ("import sys; from tuner.history import History; from tuner.objectives.builtin import BuiltinObjective\n"
+    of 300 trials, on a space of many tied times (where ties at the window's cut once came out in set order)."""
+    knobs = {f"k{i}": [0, 1, 2, 3] for i in range(6)}
+    path = toy_cache(tmp_path, {combo: 1.0 + sum(v > 0 for v in combo) for combo in itertools.product(*knobs.values())},
+                     "tied.json", knobs)
+    script = ("import sys; from tuner.history import History; from tuner.objectives.cache import CacheObjective\n"
               "from tuner.search import Search, Spec; from tuner.strategies import STRATEGIES\n"
               "h = History(sys.argv[1])\n"
-              "o = STRATEGIES['quick'](Search(h, BuiltinObjective(), Spec('quick', 'dev', max_evals=420, seed=0)))\n"
+              "o = STRATEGIES['quick'](Search(h, CacheObjective(sys.argv[2], None), Spec('quick', 'time', max_evals=420, seed=0)))\n"
               "print([hash_ for hash_, _ in h.outcomes(o.study_name)])")
 
     def sequence(name: str, hash_seed: str) -> str:
         env = {**os.environ, "PYTHONHASHSEED": hash_seed}
-        done = subprocess.run([sys.executable, "-c", script, f"sqlite:///{tmp_path / name}.db"], capture_output=True, text=True, env=env,
-                              timeout=300, check=True)
+        done = subprocess.run([sys.executable, "-c", script, f"sqlite:///{tmp_path / name}.db", str(path)], capture_output=True,
+                              text=True, env=env, timeout=300, check=True)
         return done.stdout
 
     first = sequence("a", "1")
@@ -183,11 +186,12 @@ def test_tpe_holds_a_bounded_window_of_trials(tmp_path, monkeypatch):
         held.append(len(self.parzen))
         if held[-1] < size:
             rebuilt_at.append(size)
+            assert len(np.unique(self.parzen._rows[:held[-1]], axis=0)) == held[-1]     # the best and the recent, each once
 
     monkeypatch.setattr(quick._Tpe, "_bound", watch)
     outcome, _ = _run(tmp_path, Spec(strategy="quick", mode="dev", max_evals=600, seed=5))
     assert outcome.evaluations == 600
-    assert max(held) < 60 + 30 and min(held[len(held) // 2:]) <= 60     # rebuilt from a window, never the whole history
+    assert max(held) < 60 and min(held[len(held) // 2:]) <= 30           # rebuilt from a window, never the whole history
     assert len(rebuilt_at) > 1 and min(rebuilt_at) >= 60
     assert len(rebuilt_at) <= 600 // 30            # each rebuild frees half the window (rebuilt on nearly every ask before: 113)
 
@@ -277,6 +281,48 @@ def test_a_polish_patience_counts_only_neighbours_not_scored_before(tmp_path, pa
     search.evaluate(np.arange(8, dtype=np.int16)[:, None])                 # the optimum and its nearest neighbours
     assert climb(search, np.zeros(1, dtype=np.int16), phases=(), patience=patience) == "converged"
     assert search.evaluations == 8 + patience
+
+
+def test_quick_starts_from_a_design_that_spreads_each_knob_evenly_over_what_the_restrictions_allow(tmp_path):
+    """The first trials are a space-filling design: each knob's values as evenly spread as the rows allow. Rows the
+    restrictions rule out are redrawn, then drawn among what they allow, however few that is (here 4 of 1,600)."""
+    from tuner.strategies import quick
+
+    knobs = {"a": list(range(40)), "b": list(range(40)), "c": [0, 1, 2], "d": [7]}
+    path = toy_cache(tmp_path, {(0, 0, 0, 7): 1.0}, "grid.json", knobs)
+    space = CacheObjective(path, None).space
+    for count, seed in itertools.product([3, 10, 25], range(3)):
+        rows = quick.design(space, count, np.random.default_rng(seed))
+        assert rows.shape == (count, 4)
+        for column, size in zip(rows.T, space.sizes, strict=True):
+            counts = np.bincount(column, minlength=size)
+            assert counts.max() - counts.min() <= 1 if size <= count else counts.max() == 1
+    (tmp_path / "few.t1.json").write_text(json.dumps({"ConfigurationSpace": {
+        "TuningParameters": [{"Name": k, "Values": v} for k, v in knobs.items()], "Conditions": [{"Expression": "a < 2 and b < 2"}]}}))
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, tmp_path / "few.t1.json"),
+                    Spec(strategy="quick", mode="time", max_evals=20, seed=0))
+    rows = quick.feasible_design(search, np.random.default_rng(0))
+    assert len(rows) == quick.STARTUP_TRIALS and search.objective.feasible(rows).all()
+
+
+def test_tpe_is_told_each_evaluation_once_in_the_order_the_search_scored_them(tmp_path):
+    """What the search scored reaches TPE in its order (the model breaks ties by it); a proposal is told once when it
+    is proposed, new or not, and never again when the search's other evaluations are told."""
+    from tuner.strategies import quick
+
+    knobs = {f"k{i}": [0, 1, 2] for i in range(4)}
+    path = toy_cache(tmp_path, {combo: 1.0 + sum(combo) for combo in itertools.product(*knobs.values())}, "small.json", knobs)
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
+                    Spec(strategy="quick", mode="time", max_evals=100, seed=0))
+    search.evaluate(quick.design(search.space, 12, np.random.default_rng(0)))
+    tpe = quick._Tpe(search)
+    tpe.tell_seen()
+    held = tpe.parzen._rows[:len(tpe.parzen)]
+    assert np.array_equal(held, [search.cache[h].idx for h in search.seen])
+    for _ in range(30):
+        assert tpe.propose()
+        tpe.tell_seen()
+    assert len(tpe.parzen) == 12 + 30 and search.evaluations < 12 + 30          # some proposals were scored before
 
 
 def test_a_search_holding_back_stops_early_and_claims_no_more(tmp_path):
