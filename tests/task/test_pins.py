@@ -3,8 +3,9 @@
 The fixtures' metrics pin three plans; most terms of the model (a swizzle's cost, Kahan's registers, a prefetch
 deeper than the pipeline...) touch none of them, and changing one moved no other test. Each pinned row holds a plan's
 knob indices, its dev and final ``best_cycles`` and a digest of both ``benchmark.py --json`` reports (every case's
-cycles, trace components and ``max_abs`` to 3 digits). A change to the model on purpose rewrites the file
-(``python tests/task/test_pins.py``) and says so in its commit.
+cycles, trace components and ``max_abs`` to 3 digits) and, where the plan runs, of ``trace_summary``'s indicators of
+each case (conflicts, pressures, DMA efficiency and the notes they give). A change to the model on purpose rewrites
+the file (``python tests/task/test_pins.py``) and says so in its commit.
 """
 
 from __future__ import annotations
@@ -17,15 +18,18 @@ from typing import Any
 import numpy as np
 
 from tuner.plan import KNOB_NAMES, KNOBS, decode
-from tuner.task.benchmark import benchmark_report
+from tuner.task.benchmark import benchmark_report, case_indicators
+from tuner.task.suites import MODES
 
 PINS = Path(__file__).with_name("model_pins.json")
 SEED, PLANS = 20261206, 400
 
 
 def _row(indices: list[int]) -> list[Any]:
-    reports = [_coarse(benchmark_report(decode(indices), mode)) for mode in ("dev", "final")]
-    digest = hashlib.sha256(json.dumps(reports, sort_keys=True).encode()).hexdigest()[:16]
+    plan = decode(indices)
+    reports = [_coarse(benchmark_report(plan, mode)) for mode in MODES]
+    indicators = [case_indicators(plan, mode) if report["feasible"] else None for mode, report in zip(MODES, reports, strict=True)]
+    digest = hashlib.sha256(json.dumps([reports, indicators], sort_keys=True).encode()).hexdigest()[:16]
     return [*indices, reports[0]["best_cycles"], reports[1]["best_cycles"], digest]
 
 
