@@ -103,6 +103,23 @@ async def test_arguments_that_do_not_fit_a_tool_get_one_line_naming_each_argumen
             assert "\n" not in text and "pydantic" not in text and len(text) < 300, text
 
 
+@pytest.mark.anyio
+async def test_a_refusal_reaches_the_client_in_its_own_words_and_a_bug_by_its_class_and_a_short_message(workspace, monkeypatch):
+    """An input error is the tool's answer, word for word; anything else (a bug) is named by its class with the first
+    300 characters of its message, so that a long one does not flood the client."""
+    def refuse(ctx):
+        raise service.ServiceError("no study has run yet")
+
+    def crash(ctx):
+        raise RuntimeError("boom " * 100)
+
+    async with Client(build(workspace)) as client:
+        for fails, expected in ((refuse, "no study has run yet"), (crash, "RuntimeError: " + ("boom " * 100)[:300])):
+            monkeypatch.setattr(service, "rank_experiments", fails)
+            result = await client.call_tool("rank_experiments", {})
+            assert result.is_error and result.content[0].text == f"Error executing tool rank_experiments: {expected}"
+
+
 def test_record_result_writes_only_a_result_file(workspace):
     ctx = service.Context.create(workspace, tool="record_result")
     protected = ["kernel_plan.json", ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json", "studies/iteration3_dev_core.json",

@@ -325,6 +325,60 @@ def test_tpe_is_told_each_evaluation_once_in_the_order_the_search_scored_them(tm
     assert len(tpe.parzen) == 12 + 30 and search.evaluations < 12 + 30          # some proposals were scored before
 
 
+def test_after_a_new_evaluation_tpe_proposes_its_own_choice_and_after_a_repeat_its_best_candidate_not_scored(tmp_path):
+    """A proposal follows TPE (a configuration scored before is proposed again: it weighs once more) until one is not
+    new; the next is then the best of TPE's candidates that the search has not scored."""
+    import copy
+
+    from tuner.strategies import quick
+
+    knobs = {f"k{i}": [0, 1, 2] for i in range(4)}
+    path = toy_cache(tmp_path, {combo: 1.0 + sum(abs(v - 1) for v in combo) for combo in itertools.product(*knobs.values())},
+                     "small.json", knobs)
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
+                    Spec(strategy="quick", mode="time", max_evals=100, seed=0))
+    search.evaluate(quick.design(search.space, 12, np.random.default_rng(0)))
+    tpe = quick._Tpe(search)
+    tpe.tell_seen()
+    proposed = []
+    evaluate = search.evaluate
+    search.evaluate = lambda idx, *args: proposed.append(idx[0].copy()) or evaluate(idx, *args)
+    followed = {"tpe, new": 0, "tpe, scored before": 0, "best not scored": 0}
+    for _ in range(40):
+        twin, stalled, scored = copy.deepcopy(tpe.parzen), tpe.stalled, set(search.seen)
+        tpe.propose()
+        tpe.tell_seen()
+        repeat = search.space.hash_idx(proposed[-1]) in scored
+        if stalled == 0:
+            assert np.array_equal(proposed[-1], twin.ask())
+            followed["tpe, scored before" if repeat else "tpe, new"] += 1
+        elif stalled < quick.gamma(quick.WINDOW) and (fresh := [r for r in twin.candidates() if search.space.hash_idx(r) not in scored]):
+            assert np.array_equal(proposed[-1], fresh[0]) and not repeat
+            followed["best not scored"] += 1
+    assert min(followed.values()) > 0, followed
+
+
+def test_a_proposal_at_random_is_drawn_among_what_the_restrictions_allow(tmp_path):
+    """Once TPE's choices are all scored, proposals are at random: among the configurations the restrictions allow
+    (12 of 4,800 here), not over the whole space, where nearly every draw would be ruled out and cost an ask."""
+    from tuner.strategies import quick
+
+    knobs = {"a": list(range(40)), "b": list(range(40)), "c": [0, 1, 2]}
+    path = toy_cache(tmp_path, {combo: 1.0 + sum(combo) for combo in itertools.product(range(2), range(2), range(3))}, "few.json", knobs)
+    (tmp_path / "few.t1.json").write_text(json.dumps({"ConfigurationSpace": {
+        "TuningParameters": [{"Name": k, "Values": v} for k, v in knobs.items()], "Conditions": [{"Expression": "a < 2 and b < 2"}]}}))
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, tmp_path / "few.t1.json"),
+                    Spec(strategy="quick", mode="time", max_evals=100, seed=0))
+    proposed = []
+    evaluate = search.evaluate
+    search.evaluate = lambda idx, *args: proposed.append(idx[0].copy()) or evaluate(idx, *args)
+    tpe = quick._Tpe(search)
+    for _ in range(10):
+        tpe.stalled = quick.gamma(quick.WINDOW)
+        assert tpe.propose()
+    assert search.space.allowed(np.array(proposed)).all()
+
+
 def test_a_search_holding_back_stops_early_and_claims_no_more(tmp_path):
     """Within ``holding_back(k)`` the budget ends k evaluations early, even mid-batch; after it, the rest is there."""
     knobs = {"a": list(range(8)), "b": list(range(8))}
