@@ -721,19 +721,28 @@ def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20, rep
     dry, repeats = _dry_run(dry_run), _repeats(repeats)
     current = ctx.workspace.current_plan()
     current_metrics = _measure(ctx, current) if repeats == 1 else gate.measure(ctx.objective, current, repeats)   # once, not per seed
-    seeds = _seeds(ctx, limit)
-    why_not: list[str] = []                             # why the best-ranked plan other than the current one was refused
-    for seed in seeds:
+    refused: tuple[dict[str, Any], str] | None = None  # the best-ranked plan other than the current one, and why the gate refused it
+    for seed in _seeds(ctx, limit):
         if seed["plan_hash"] == plan_hash(current):
             continue
         report = gate.apply(ctx.objective, ctx.workspace, seed["plan"], dry, (current, current_metrics), repeats)
         if report["passed"] or report["reasons"][-1].startswith(gate.PLAN_CHANGED):    # the rest would be gated against a stale plan
             return {"candidate_source": seed["source"], **report}
-        why_not = why_not or [f"the best of them ({seed['source']}, plan {seed['plan_hash']}): {'; '.join(report['reasons'])}"]
-    if seeds and seeds[0]["plan_hash"] == plan_hash(current):
-        return {"passed": False, "applied": False, "dry_run": dry, "current_is_best": True,
-                "reasons": ["kernel_plan.json is already the best verified plan of the fixtures and the history"]}
-    return {"passed": False, "applied": False, "dry_run": dry, "reasons": ["no fixture or history plan passes the gate", *why_not]}
+        refused = refused or (seed, "; ".join(report["reasons"]))
+    if _compared(ctx, 0)["current_is_best"]:            # as compare_history says: no plan ranks above it without a regression
+        reasons = ["kernel_plan.json is already the best verified plan of the fixtures and the history"]
+        rank = _rank_key(ctx, kept=plan_hash(current))
+        mine = {"correct": True, "plan_hash": plan_hash(current), **{m: v["best_cycles"] for m, v in current_metrics.items()}}
+        if refused and rank(refused[0]) < rank(mine):
+            seed, why = refused
+            reasons.append(f"{seed['source']} (plan {seed['plan_hash']}) ranks above it by {ctx.objective.modes[0]} but fails the "
+                           f"gate: {why}")
+        return {"passed": False, "applied": False, "dry_run": dry, "current_is_best": True, "reasons": reasons}
+    reasons = ["no fixture or history plan passes the gate"]
+    if refused:
+        seed, why = refused
+        reasons.append(f"the best of them ({seed['source']}, plan {seed['plan_hash']}): {why}")
+    return {"passed": False, "applied": False, "dry_run": dry, "reasons": reasons}
 
 
 def rollback(ctx: Context, backup: str | None = None, dry_run: bool = False) -> dict[str, Any]:

@@ -288,8 +288,9 @@ def test_each_study_is_ranked_by_its_best_plan_in_the_authority(ctx):
 
 
 def test_the_best_verified_plan_never_makes_the_current_plans_final_worse(ctx, workspace):
-    """A fixture ranks first by dev but is slower on final than the current plan: the current plan is the best verified.
-    A fixture incorrect in a mode ranks after every correct plan."""
+    """A fixture ranks first by dev but is slower on final than the current plan: the current plan is the best verified,
+    as compare_history and apply_best_verified both say (the second named the fixture, yet said that no plan passed and
+    exited 1). A fixture incorrect in a mode ranks after every correct plan."""
     current = SLOWER_DEV_FASTER_FINAL
     (workspace / "kernel_plan.json").write_text(json.dumps(current))
     (workspace / "fixtures" / "faster_dev.json").write_text(json.dumps(BEST_DEV_FASTER_FINAL))    # 178,866, 1,143,631
@@ -299,11 +300,14 @@ def test_the_best_verified_plan_never_makes_the_current_plans_final_worse(ctx, w
               "fixture:tensor_plan_attempt1_best", "fixture:baseline_row_major", "fixture:wrong_on_final"]
     assert [(r["source"], r["correct"]) for r in compared["rows"]] == [(source, source != ranked[-1]) for source in ranked]
     assert compared["best_verified"]["plan_hash"] == plan_hash(current) and compared["current_is_best"]
-    _recorded(ctx, [current])                           # the history holds the current plan: the gate's seeds do too
-    applied = service.apply_best_verified(ctx)          # the gate refuses the fixture, and says why: the current plan
-    assert "current_is_best" not in applied and applied["reasons"] == [   # ranks second among its seeds, not first
-        "no fixture or history plan passes the gate",
-        f"the best of them (fixture:faster_dev, plan {plan_hash(BEST_DEV_FASTER_FINAL)}): regresses final (1143631 > 1021968)"]
+    for recorded in (False, True):                      # the gate's seeds without the current plan, then with it (second of them)
+        if recorded:
+            _recorded(ctx, [current])
+        applied = service.apply_best_verified(ctx)      # the gate refuses the fixture, and says why
+        assert applied["current_is_best"] and applied["reasons"] == [
+            "kernel_plan.json is already the best verified plan of the fixtures and the history",
+            f"fixture:faster_dev (plan {plan_hash(BEST_DEV_FASTER_FINAL)}) ranks above it by dev but fails the gate: "
+            "regresses final (1143631 > 1021968)"]
 
 
 def test_a_search_best_that_ties_with_the_current_configuration_leaves_it_the_best(tmp_path):
