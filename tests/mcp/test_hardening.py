@@ -90,6 +90,7 @@ ARGUMENT_ERRORS = [
      "argument 'plan' is required; argument 'dry_run': input should be a valid boolean, got 'false'; "
      "unknown argument 'candidate' (arguments: plan, dry_run, repeats)"),
     ("rank_experiments", {"limit": 3}, "unknown argument 'limit' (rank_experiments takes none)"),          # not "(arguments: )"
+    ("benchmark_plan", {"modes": ["x", "y"]}, "argument 'modes': input should be 'dev' or 'final', got 'x'"),   # what is allowed, once
 ]
 
 

@@ -379,6 +379,53 @@ def test_a_proposal_at_random_is_drawn_among_what_the_restrictions_allow(tmp_pat
     assert search.space.allowed(np.array(proposed)).all()
 
 
+def test_polishes_start_from_the_best_configurations_not_polished_that_lie_apart(tmp_path):
+    """Up to three starts, best first, each differing from those chosen before it in two knobs at least (a quarter of
+    six knobs, rounded down, is one): a neighbour of the best is the same basin. One polished before is not chosen."""
+    from tuner.strategies import quick
+
+    knobs = {f"k{i}": [0, 1, 2, 3] for i in range(6)}
+    path = toy_cache(tmp_path, {combo: 1.0 + sum(combo) for combo in itertools.product(*knobs.values())}, "grid.json", knobs)
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
+                    Spec(strategy="quick", mode="time", max_evals=100, seed=0))
+    rows = np.array([[0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [0, 0, 3, 3, 0, 0], [3, 3, 3, 3, 3, 3],
+                     [3, 3, 3, 3, 3, 2]], dtype=np.int16)
+    search.evaluate(rows)
+    starts = [row.tolist() for row in quick._starts(search, set())]
+    assert starts == [rows[0].tolist(), rows[2].tolist(), rows[3].tolist()]
+    starts = [row.tolist() for row in quick._starts(search, {search.space.hash_idx(rows[0])})]
+    assert starts == [rows[1].tolist(), rows[3].tolist(), rows[5].tolist()]
+
+
+def test_steps_take_each_knobs_best_predicted_move_before_any_knobs_second():
+    """The step neighbourhood goes in turns across the knobs (or pairs) its moves change, each group best predicted
+    first: the second move of a knob whose moves all look better waits for every other knob's first."""
+    from tuner.strategies.checkpoint import _round_robin
+
+    center = np.zeros(3, dtype=np.int16)
+    moves = np.array([[1, 0, 0], [2, 0, 0], [0, 1, 0], [0, 2, 0], [0, 0, 1], [1, 1, 0]], dtype=np.int16)
+    predicted = np.array([0.1, 0.2, 0.9, 0.3, 0.5, 0.0])
+    assert _round_robin(center, moves, predicted).tolist() == [[1, 1, 0], [1, 0, 0], [0, 2, 0], [0, 0, 1], [2, 0, 0], [0, 1, 0]]
+    assert len(_round_robin(center, moves[:0], predicted[:0])) == 0
+
+
+def test_the_step_neighbourhood_tries_every_knob_before_any_knobs_second_move(tmp_path):
+    """Where the evaluations show one knob to matter most, its moves do not take the first steps one after another."""
+    from tuner.strategies.checkpoint import step_neighbours
+
+    knobs = {f"k{i}": list(range(6)) for i in range(3)}
+    path = toy_cache(tmp_path, {combo: 1.0 + 10 * combo[0] + combo[1] + combo[2] for combo in itertools.product(*knobs.values())},
+                     "grid.json", knobs)
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
+                    Spec(strategy="checkpoint", mode="time", max_evals=300, seed=0))
+    search.evaluate(search.space.uniform(60, np.random.default_rng(1)))
+    center = np.array([3, 3, 3], dtype=np.int16)
+    moves = step_neighbours(search, center, np.random.default_rng(0))
+    changed = [tuple(np.flatnonzero(row != center)) for row in moves]
+    groups = list(dict.fromkeys(changed))
+    assert len(groups) > 3 and len(set(changed[:len(groups)])) == len(groups)
+
+
 def test_a_search_holding_back_stops_early_and_claims_no_more(tmp_path):
     """Within ``holding_back(k)`` the budget ends k evaluations early, even mid-batch; after it, the rest is there."""
     knobs = {"a": list(range(8)), "b": list(range(8))}
