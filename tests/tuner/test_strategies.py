@@ -426,6 +426,41 @@ def test_the_step_neighbourhood_tries_every_knob_before_any_knobs_second_move(tm
     assert len(groups) > 3 and len(set(changed[:len(groups)])) == len(groups)
 
 
+def test_the_moves_the_evaluations_say_will_likely_fail_come_last(tmp_path):
+    """k0 = 4 and 5 would be the best moves from k0 = 3, but every run there failed: they are tried after the others."""
+    from tuner.strategies.checkpoint import step_neighbours
+
+    knobs = {f"k{i}": list(range(6)) for i in range(3)}
+    records = {combo: "RuntimeFailedConfig" if combo[0] >= 4 else 1.0 + 10 * (5 - combo[0]) + combo[1] + combo[2]
+               for combo in itertools.product(*knobs.values())}
+    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(toy_cache(tmp_path, records, "grid.json", knobs), None),
+                    Spec(strategy="checkpoint", mode="time", max_evals=300, seed=0))
+    search.evaluate(search.space.uniform(60, np.random.default_rng(1)))
+    center = np.array([3, 3, 3], dtype=np.int16)
+    fails = step_neighbours(search, center, np.random.default_rng(0))[:, 0] >= 4
+    assert fails.any() and not fails[:np.argmax(fails)].any() and fails[np.argmax(fails):].all()
+
+
+def test_each_basin_is_polished_once(tmp_path, monkeypatch):
+    from tuner.strategies import quick
+
+    polished = []
+    climb = quick.climb
+
+    def watched(search, start, phases, patience=None):
+        if patience is not None:                    # a polish (the last climb, from the best, has no patience)
+            polished.append(search.space.hash_idx(start))
+        return climb(search, start, phases, patience)
+
+    monkeypatch.setattr(quick, "climb", watched)
+    knobs = {f"k{i}": list(range(6)) for i in range(4)}
+    path = toy_cache(tmp_path, {combo: 1.0 + sum(abs(v - 2) for v in combo) for combo in itertools.product(*knobs.values())},
+                     "grid.json", knobs)
+    outcome = STRATEGIES["quick"](Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
+                                         Spec(strategy="quick", mode="time", max_evals=300, seed=0)))
+    assert outcome.evaluations == 300 and len(polished) > 3 and len(set(polished)) == len(polished)
+
+
 def test_a_search_holding_back_stops_early_and_claims_no_more(tmp_path):
     """Within ``holding_back(k)`` the budget ends k evaluations early, even mid-batch; after it, the rest is there."""
     knobs = {"a": list(range(8)), "b": list(range(8))}
