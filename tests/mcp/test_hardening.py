@@ -91,6 +91,10 @@ ARGUMENT_ERRORS = [
      "unknown argument 'candidate' (arguments: plan, dry_run, repeats)"),
     ("rank_experiments", {"limit": 3}, "unknown argument 'limit' (rank_experiments takes none)"),          # not "(arguments: )"
     ("benchmark_plan", {"modes": ["x", "y"]}, "argument 'modes': input should be 'dev' or 'final', got 'x'"),   # what is allowed, once
+    ("benchmark_plan", {"modes": ["dev", "final", "dev"]}, "argument 'modes': list should have at most 2 items after validation, not 3"),
+    ("search_plans", {"seed": 2**31}, "argument 'seed': input should be less than or equal to 2147483647, got 2147483648"),
+    ("export_candidate_fixture", {"name": "a", "note": "n" * 501}, "argument 'note': string should have at most 500 characters"),
+    ("run_objective", {"plan": {f"k{i}": 1 for i in range(65)}}, "argument 'plan': dictionary should have at most 64 items"),
 ]
 
 
