@@ -131,13 +131,21 @@ async def test_long_search_reports_progress(workspace):
     assert seen and seen[-1][1] == 1_990_656
 
 
-def test_self_test_passes(workspace):
+def test_self_test_passes_and_says_which_tools_fail(workspace):
     import subprocess
 
-    out = subprocess.run([sys.executable, ".harnessgym/mcp/tensor-plan-server/tensor_plan_server.py", "--self-test"],
-                         cwd=workspace, capture_output=True, text=True, env=child_env(), timeout=300)
+    def self_test() -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, ".harnessgym/mcp/tensor-plan-server/tensor_plan_server.py", "--self-test"],
+                              cwd=workspace, capture_output=True, text=True, env=child_env(), timeout=300)
+
+    out = self_test()
     assert out.returncode == 0, out.stdout + out.stderr
     assert out.stdout.count("PASS ") == 8 and "FAIL" not in out.stdout and "self-test passed" in out.stdout
+    (workspace / "kernel_plan.json").write_text('{"block_m": 3}')                      # a plan no tool can read
+    out = self_test()
+    failed = out.stdout.count("FAIL ")
+    assert out.returncode == 1 and "FAIL run_objective" in out.stdout and failed > 1, out.stdout + out.stderr
+    assert out.stdout.rstrip().endswith(f"self-test failed: {failed} tool(s)")
 
 
 @pytest.fixture

@@ -122,6 +122,29 @@ def test_a_pair_that_pays_only_together_is_learned_from_evaluations():
     assert learn(toy, idx[:10], values[:10]).pairs == ()             # too little to learn anything
 
 
+def test_the_learned_model_ranks_knobs_credits_unseen_joint_cells_and_leaves_out_values_it_cannot_log():
+    """``top_knobs``: the ordinal knobs of the largest effects (a nominal knob only when asked), in space order;
+    ``untried``: credit only to moves that change both knobs of a kept pair into a cell no evaluation holds; a value of
+    0 (a time a benchmark rounded down) is no measurement and breaks no prediction."""
+    toy = space_from_t1({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "k0", "Values": [1, 2, 3, 4]}, {"Name": "s", "Values": ["a", "b", "c", "d"]},
+        {"Name": "k2", "Values": [1, 2, 3, 4]}, {"Name": "k3", "Values": [1, 2, 3, 4]}]}})
+    rng = np.random.default_rng(0)
+    idx = np.stack([rng.integers(0, 4, 300) for _ in range(4)], axis=1).astype(np.int16)
+    values = np.exp(0.1 * idx[:, 0] + 2.0 * idx[:, 1] + 0.3 * idx[:, 2] + 1.0 * idx[:, 3] - 2.5 * ((idx[:, 2] == 3) & (idx[:, 3] == 3)))
+    values[:20] = 0.0
+    model = learn(toy, idx, values)
+    assert model.top_knobs(toy, 2) == (2, 3) and model.top_knobs(toy, 2, ordinal_only=False) == (1, 3)
+    assert np.isfinite(model.predict(idx)).all() and (2, 3) in model.cells
+    center = np.zeros(4, dtype=np.int16)
+    moves = np.array([[0, 0, 3, 3], [0, 0, 3, 0], [0, 0, 0, 3], [1, 1, 0, 0]], dtype=np.int16)
+    scored = idx[(idx[:, 2] != 3) | (idx[:, 3] != 3)]                                       # the cell (3, 3) never scored
+    credit = model.untried(center, moves, scored)
+    assert credit[0] > 0 and (credit[1:] == 0).all()
+    assert model.untried(moves[2], moves[:1], scored)[0] == 0                              # one knob's move into it
+    assert (model.untried(center, moves, idx) == 0).all()
+
+
 def test_a_limit_across_two_knobs_is_learned_even_when_most_configurations_fail():
     toy = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": f"k{j}", "Values": [1, 2, 4, 8, 16]} for j in range(5)]}})
     rng = np.random.default_rng(0)
