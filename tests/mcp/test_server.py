@@ -177,11 +177,11 @@ async def test_cancelled_search_stops_in_the_server(workspace):
         assert sweep() == record and record[1] < 1_000_000      # and nothing more was scored after the cancel
 
 
-@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT])
+@pytest.mark.parametrize("stop", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_a_stopped_server_lets_the_search_in_flight_save_and_says_so_in_one_line(workspace, stop):
-    """A client ends its server with SIGTERM, a user's Ctrl-C ends one run by hand: the call in flight is cancelled,
-    its search saves its state, and the server exits 128 + the signal with one line (Ctrl-C printed a traceback, and
-    SIGTERM killed the search mid-write, leaving it 'running')."""
+    """A client ends its server with SIGTERM, a user's Ctrl-C ends one run by hand, a closed terminal sends SIGHUP: the
+    call in flight is cancelled, its search saves its state, and the server exits 128 + the signal with one line (Ctrl-C
+    printed a traceback, and SIGTERM killed the search mid-write, leaving it 'running')."""
     entry = params(workspace)
     server = subprocess.Popen([entry.command, *entry.args], stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               text=True, env=entry.env, cwd=entry.cwd)
