@@ -155,6 +155,46 @@ def test_a_wide_nominal_knob_is_one_input_at_the_distance_its_one_hot_columns_wo
     expected = ((a[:, 0, None] - b[None, :, 0]) / 3 / 0.3) ** 2
     expected += (a[:, 1, None] != b[None, :, 1]) / 1.7 ** 2 + (a[:, 2, None] != b[None, :, 2]) / 0.8 ** 2
     assert np.allclose(bayes.squared(x_a, x_b, scale, by_value), expected)
+    apart = [bayes._apart(x_a[:, span], bool(by_value[span.start])) for span in spans]      # what the fit sums, per knob
+    assert np.allclose(sum(part / s ** 2 for part, s in zip(apart, [0.3, 1.7, 0.8], strict=True)), bayes.squared(x_a, x_a, scale, by_value))
+
+
+def test_the_process_is_the_textbook_gaussian_process():
+    """Matérn 5/2; the fit is the negative log marginal likelihood (up to its constant); the posterior mean and standard
+    deviation (noise included) are those of the closed forms, solved here directly."""
+    rng = np.random.default_rng(0)
+    x, at, y = rng.random((12, 2)), rng.random((5, 2)), rng.standard_normal(12)
+    r = np.sqrt(((x[:, None] - x[None]) ** 2).sum(-1))
+    gram = (1 + np.sqrt(5) * r + 5 * r * r / 3) * np.exp(-np.sqrt(5) * r)
+    assert np.allclose(bayes.matern(r * r), gram)
+    process = bayes.Process(gram, y, np.ones(2), 0.01)
+    k = gram + 0.01 * np.eye(12)
+    assert np.isclose(process.fit, 0.5 * y @ np.linalg.solve(k, y) + 0.5 * np.linalg.slogdet(k)[1])
+    cross = bayes.matern(((at[:, None] - x[None]) ** 2).sum(-1))
+    mean, sd = process.predict(cross)
+    assert np.allclose(mean, cross @ np.linalg.solve(k, y))
+    assert np.allclose(sd, np.sqrt(1 + 0.01 - np.einsum("ij,ji->i", cross, np.linalg.solve(k, cross.T))))
+
+
+def test_an_ask_scores_the_whole_of_a_small_space_and_around_the_best_of_a_large_one(tmp_path):
+    """Up to ``CANDIDATES`` configurations the candidates are every one not scored (15,625 here: random draws would
+    miss a quarter); past it, draws and every single move of the best three and pair move of the best (32,768)."""
+    from tuner.strategies.neighbourhood import pairs, row_keys, singles
+
+    for values, knobs in ((5, 6), (8, 5)):
+        params = {f"k{i}": list(range(values)) for i in range(knobs)}
+        records = {combo: 1.0 + sum(combo) for combo in itertools.product(*params.values()) if sum(combo) % 7}
+        search = _search(tmp_path, CacheObjective(toy_cache(tmp_path, records, f"{values}.json", params)), 0, 100, name=f"{values}")
+        search.evaluate(search.space.uniform(30, np.random.default_rng(1)))
+        idx, scores = search.evaluated()
+        pool = {row.tobytes() for row in bayes._candidates(search, idx, scores, idx[:0], np.random.default_rng(0))}
+        scored = set(row_keys(idx.astype(np.int16)).tolist())
+        if search.space.size <= bayes.CANDIDATES:
+            assert len(pool) == search.space.size - len(scored)
+            continue
+        best = idx[np.argsort(scores, kind="stable")[:3]]
+        around = np.concatenate([*(singles(search.space, b) for b in best), pairs(search.space, best[0])]).astype(np.int16)
+        assert {row.tobytes() for row in around} - scored <= pool
 
 
 def test_an_ask_on_nominal_knobs_of_thousands_of_values_holds_its_candidates_a_bounded_batch_at_a_time(tmp_path):
