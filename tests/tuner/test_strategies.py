@@ -283,24 +283,40 @@ def test_a_polish_patience_counts_only_neighbours_not_scored_before(tmp_path, pa
     assert search.evaluations == 8 + patience
 
 
+def _toy_search(tmp_path, knobs: dict[str, list], time, conditions: tuple[str, ...] = (), strategy: str = "quick",
+                max_evals: int = 100) -> Search:
+    """A seeded search replaying a toy cache over ``knobs`` (each configuration's ``time(values)``: ms, or an error
+    marker), with a T1 space file's ``conditions`` where given."""
+    path = toy_cache(tmp_path, {combo: time(combo) for combo in itertools.product(*knobs.values())}, "toy.json", knobs)
+    space = tmp_path / "toy.t1.json" if conditions else None
+    if space:
+        space.write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [{"Name": k, "Values": v} for k, v in knobs.items()],
+                                                            "Conditions": [{"Expression": c} for c in conditions]}}))
+    return Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, space),
+                  Spec(strategy=strategy, mode="time", max_evals=max_evals, seed=0))
+
+
+def _proposals(search: Search) -> list[np.ndarray]:
+    """The first configuration of each of ``search``'s calls to score, from now on."""
+    proposed: list[np.ndarray] = []
+    evaluate = search.evaluate
+    search.evaluate = lambda idx, *args: proposed.append(idx[0].copy()) or evaluate(idx, *args)
+    return proposed
+
+
 def test_quick_starts_from_a_design_that_spreads_each_knob_evenly_over_what_the_restrictions_allow(tmp_path):
     """The first trials are a space-filling design: each knob's values as evenly spread as the rows allow. Rows the
     restrictions rule out are redrawn, then drawn among what they allow, however few that is (here 4 of 1,600)."""
     from tuner.strategies import quick
 
     knobs = {"a": list(range(40)), "b": list(range(40)), "c": [0, 1, 2], "d": [7]}
-    path = toy_cache(tmp_path, {(0, 0, 0, 7): 1.0}, "grid.json", knobs)
-    space = CacheObjective(path, None).space
+    search = _toy_search(tmp_path, knobs, lambda values: 1.0 + sum(values), conditions=("a < 2 and b < 2",))
     for count, seed in itertools.product([3, 10, 25], range(3)):
-        rows = quick.design(space, count, np.random.default_rng(seed))
+        rows = quick.design(search.space, count, np.random.default_rng(seed))
         assert rows.shape == (count, 4)
-        for column, size in zip(rows.T, space.sizes, strict=True):
+        for column, size in zip(rows.T, search.space.sizes, strict=True):
             counts = np.bincount(column, minlength=size)
             assert counts.max() - counts.min() <= 1 if size <= count else counts.max() == 1
-    (tmp_path / "few.t1.json").write_text(json.dumps({"ConfigurationSpace": {
-        "TuningParameters": [{"Name": k, "Values": v} for k, v in knobs.items()], "Conditions": [{"Expression": "a < 2 and b < 2"}]}}))
-    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, tmp_path / "few.t1.json"),
-                    Spec(strategy="quick", mode="time", max_evals=20, seed=0))
     rows = quick.feasible_design(search, np.random.default_rng(0))
     assert len(rows) == quick.STARTUP_TRIALS and search.objective.feasible(rows).all()
 
@@ -310,10 +326,7 @@ def test_tpe_is_told_each_evaluation_once_in_the_order_the_search_scored_them(tm
     is proposed, new or not, and never again when the search's other evaluations are told."""
     from tuner.strategies import quick
 
-    knobs = {f"k{i}": [0, 1, 2] for i in range(4)}
-    path = toy_cache(tmp_path, {combo: 1.0 + sum(combo) for combo in itertools.product(*knobs.values())}, "small.json", knobs)
-    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
-                    Spec(strategy="quick", mode="time", max_evals=100, seed=0))
+    search = _toy_search(tmp_path, {f"k{i}": [0, 1, 2] for i in range(4)}, lambda values: 1.0 + sum(values))
     search.evaluate(quick.design(search.space, 12, np.random.default_rng(0)))
     tpe = quick._Tpe(search)
     tpe.tell_seen()
@@ -332,17 +345,11 @@ def test_after_a_new_evaluation_tpe_proposes_its_own_choice_and_after_a_repeat_i
 
     from tuner.strategies import quick
 
-    knobs = {f"k{i}": [0, 1, 2] for i in range(4)}
-    path = toy_cache(tmp_path, {combo: 1.0 + sum(abs(v - 1) for v in combo) for combo in itertools.product(*knobs.values())},
-                     "small.json", knobs)
-    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
-                    Spec(strategy="quick", mode="time", max_evals=100, seed=0))
+    search = _toy_search(tmp_path, {f"k{i}": [0, 1, 2] for i in range(4)}, lambda values: 1.0 + sum(abs(v - 1) for v in values))
     search.evaluate(quick.design(search.space, 12, np.random.default_rng(0)))
     tpe = quick._Tpe(search)
     tpe.tell_seen()
-    proposed = []
-    evaluate = search.evaluate
-    search.evaluate = lambda idx, *args: proposed.append(idx[0].copy()) or evaluate(idx, *args)
+    proposed = _proposals(search)
     followed = {"tpe, new": 0, "tpe, scored before": 0, "best not scored": 0}
     for _ in range(40):
         twin, stalled, scored = copy.deepcopy(tpe.parzen), tpe.stalled, set(search.seen)
@@ -364,14 +371,8 @@ def test_a_proposal_at_random_is_drawn_among_what_the_restrictions_allow(tmp_pat
     from tuner.strategies import quick
 
     knobs = {"a": list(range(40)), "b": list(range(40)), "c": [0, 1, 2]}
-    path = toy_cache(tmp_path, {combo: 1.0 + sum(combo) for combo in itertools.product(range(2), range(2), range(3))}, "few.json", knobs)
-    (tmp_path / "few.t1.json").write_text(json.dumps({"ConfigurationSpace": {
-        "TuningParameters": [{"Name": k, "Values": v} for k, v in knobs.items()], "Conditions": [{"Expression": "a < 2 and b < 2"}]}}))
-    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, tmp_path / "few.t1.json"),
-                    Spec(strategy="quick", mode="time", max_evals=100, seed=0))
-    proposed = []
-    evaluate = search.evaluate
-    search.evaluate = lambda idx, *args: proposed.append(idx[0].copy()) or evaluate(idx, *args)
+    search = _toy_search(tmp_path, knobs, lambda values: 1.0 + sum(values), conditions=("a < 2 and b < 2",))
+    proposed = _proposals(search)
     tpe = quick._Tpe(search)
     for _ in range(10):
         tpe.stalled = quick.gamma(quick.WINDOW)
@@ -384,10 +385,7 @@ def test_polishes_start_from_the_best_configurations_not_polished_that_lie_apart
     six knobs, rounded down, is one): a neighbour of the best is the same basin. One polished before is not chosen."""
     from tuner.strategies import quick
 
-    knobs = {f"k{i}": [0, 1, 2, 3] for i in range(6)}
-    path = toy_cache(tmp_path, {combo: 1.0 + sum(combo) for combo in itertools.product(*knobs.values())}, "grid.json", knobs)
-    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
-                    Spec(strategy="quick", mode="time", max_evals=100, seed=0))
+    search = _toy_search(tmp_path, {f"k{i}": [0, 1, 2, 3] for i in range(6)}, lambda values: 1.0 + sum(values))
     rows = np.array([[0, 0, 0, 0, 0, 0], [1, 0, 0, 0, 0, 0], [1, 1, 0, 0, 0, 0], [0, 0, 3, 3, 0, 0], [3, 3, 3, 3, 3, 3],
                      [3, 3, 3, 3, 3, 2]], dtype=np.int16)
     search.evaluate(rows)
@@ -413,11 +411,8 @@ def test_the_step_neighbourhood_tries_every_knob_before_any_knobs_second_move(tm
     """Where the evaluations show one knob to matter most, its moves do not take the first steps one after another."""
     from tuner.strategies.checkpoint import step_neighbours
 
-    knobs = {f"k{i}": list(range(6)) for i in range(3)}
-    path = toy_cache(tmp_path, {combo: 1.0 + 10 * combo[0] + combo[1] + combo[2] for combo in itertools.product(*knobs.values())},
-                     "grid.json", knobs)
-    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
-                    Spec(strategy="checkpoint", mode="time", max_evals=300, seed=0))
+    search = _toy_search(tmp_path, {f"k{i}": list(range(6)) for i in range(3)}, lambda v: 1.0 + 10 * v[0] + v[1] + v[2],
+                         strategy="checkpoint")
     search.evaluate(search.space.uniform(60, np.random.default_rng(1)))
     center = np.array([3, 3, 3], dtype=np.int16)
     moves = step_neighbours(search, center, np.random.default_rng(0))
@@ -430,11 +425,8 @@ def test_the_moves_the_evaluations_say_will_likely_fail_come_last(tmp_path):
     """k0 = 4 and 5 would be the best moves from k0 = 3, but every run there failed: they are tried after the others."""
     from tuner.strategies.checkpoint import step_neighbours
 
-    knobs = {f"k{i}": list(range(6)) for i in range(3)}
-    records = {combo: "RuntimeFailedConfig" if combo[0] >= 4 else 1.0 + 10 * (5 - combo[0]) + combo[1] + combo[2]
-               for combo in itertools.product(*knobs.values())}
-    search = Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(toy_cache(tmp_path, records, "grid.json", knobs), None),
-                    Spec(strategy="checkpoint", mode="time", max_evals=300, seed=0))
+    search = _toy_search(tmp_path, {f"k{i}": list(range(6)) for i in range(3)},
+                         lambda v: "RuntimeFailedConfig" if v[0] >= 4 else 1.0 + 10 * (5 - v[0]) + v[1] + v[2], strategy="checkpoint")
     search.evaluate(search.space.uniform(60, np.random.default_rng(1)))
     center = np.array([3, 3, 3], dtype=np.int16)
     fails = step_neighbours(search, center, np.random.default_rng(0))[:, 0] >= 4
@@ -453,11 +445,9 @@ def test_each_basin_is_polished_once(tmp_path, monkeypatch):
         return climb(search, start, phases, patience)
 
     monkeypatch.setattr(quick, "climb", watched)
-    knobs = {f"k{i}": list(range(6)) for i in range(4)}
-    path = toy_cache(tmp_path, {combo: 1.0 + sum(abs(v - 2) for v in combo) for combo in itertools.product(*knobs.values())},
-                     "grid.json", knobs)
-    outcome = STRATEGIES["quick"](Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, None),
-                                         Spec(strategy="quick", mode="time", max_evals=300, seed=0)))
+    search = _toy_search(tmp_path, {f"k{i}": list(range(6)) for i in range(4)}, lambda values: 1.0 + sum(abs(v - 2) for v in values),
+                         max_evals=300)
+    outcome = STRATEGIES["quick"](search)
     assert outcome.evaluations == 300 and len(polished) > 3 and len(set(polished)) == len(polished)
 
 
