@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from typing import Any
 
 import numpy as np
 import pytest
@@ -283,17 +284,16 @@ def test_a_polish_patience_counts_only_neighbours_not_scored_before(tmp_path, pa
     assert search.evaluations == 8 + patience
 
 
-def _toy_search(tmp_path, knobs: dict[str, list], time, conditions: tuple[str, ...] = (), strategy: str = "quick",
-                max_evals: int = 100) -> Search:
-    """A seeded search replaying a toy cache over ``knobs`` (each configuration's ``time(values)``: ms, or an error
-    marker), with a T1 space file's ``conditions`` where given."""
+def _toy_search(tmp_path, knobs: dict[str, list], time, conditions: tuple[str, ...] = (), **spec: Any) -> Search:
+    """A search replaying a toy cache over ``knobs`` (each configuration's ``time(values)``: ms, or an error marker),
+    with a T1 space file's ``conditions`` where given; ``spec``: what differs from a ``quick`` of 100 evaluations, seed 0."""
     path = toy_cache(tmp_path, {combo: time(combo) for combo in itertools.product(*knobs.values())}, "toy.json", knobs)
     space = tmp_path / "toy.t1.json" if conditions else None
     if space:
         space.write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [{"Name": k, "Values": v} for k, v in knobs.items()],
                                                             "Conditions": [{"Expression": c} for c in conditions]}}))
     return Search(History(f"sqlite:///{tmp_path / 'h.db'}"), CacheObjective(path, space),
-                  Spec(strategy=strategy, mode="time", max_evals=max_evals, seed=0))
+                  Spec(**{"strategy": "quick", "mode": "time", "max_evals": 100, "seed": 0, **spec}))
 
 
 def _proposals(search: Search) -> list[np.ndarray]:
@@ -449,6 +449,15 @@ def test_each_basin_is_polished_once(tmp_path, monkeypatch):
                          max_evals=300)
     outcome = STRATEGIES["quick"](search)
     assert outcome.evaluations == 300 and len(polished) > 3 and len(set(polished)) == len(polished)
+
+
+@pytest.mark.parametrize(("time", "best"), [(lambda v: 1.0 + abs(v[0] - 9) + v[1], 1.0), (lambda v: 2.0, 2.0)])
+def test_focused_recentres_on_each_improvement_until_a_sweep_improves_nothing_and_a_tie_is_none(tmp_path, time, best):
+    """From k0 = 0 the optimum (k0 = 9) is nine sweeps of +-1 away; on a plateau the first sweep ends it (re-centring on
+    equal values would go round scored configurations for ever: bounded here by a time budget the search should not need)."""
+    search = _toy_search(tmp_path, {"k0": list(range(10)), "k1": [0, 1]}, time, strategy="focused", start=(0, 0), time_s=20.0)
+    outcome = STRATEGIES["focused"](search)
+    assert (outcome.stopped, outcome.best.value) == ("converged", best)
 
 
 def test_a_search_holding_back_stops_early_and_claims_no_more(tmp_path):
