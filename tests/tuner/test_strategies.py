@@ -460,6 +460,14 @@ def test_focused_recentres_on_each_improvement_until_a_sweep_improves_nothing_an
     assert (outcome.stopped, outcome.best.value) == ("converged", best)
 
 
+def test_focused_sweeps_around_the_best_the_history_holds_rather_than_its_start(tmp_path):
+    search = _toy_search(tmp_path, {"k0": list(range(10)), "k1": [0, 1]}, lambda v: 1.0 + abs(v[0] - 9) + v[1], strategy="focused",
+                         start=(0, 0))
+    search.evaluate(np.array([[8, 1]], dtype=np.int16))
+    outcome = STRATEGIES["focused"](search)
+    assert outcome.best.value == 1.0 and search.space.hash_idx(np.zeros(2, dtype=np.int16)) not in search.seen
+
+
 def test_a_search_holding_back_stops_early_and_claims_no_more(tmp_path):
     """Within ``holding_back(k)`` the budget ends k evaluations early, even mid-batch; after it, the rest is there."""
     knobs = {"a": list(range(8)), "b": list(range(8))}
