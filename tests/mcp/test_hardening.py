@@ -111,18 +111,22 @@ async def test_arguments_that_do_not_fit_a_tool_get_one_line_naming_each_argumen
 @pytest.mark.anyio
 async def test_a_refusal_reaches_the_client_in_its_own_words_and_a_bug_by_its_class_and_a_short_message(workspace, monkeypatch):
     """An input error is the tool's answer, word for word; anything else (a bug) is named by its class with the first
-    300 characters of its message, so that a long one does not flood the client."""
-    def refuse(ctx):
-        raise service.ServiceError("no study has run yet")
+    300 characters of its message, so that a long one does not flood the client. (The bug is planted in a helper the
+    tool looks up when called: a patched tool would stay in the CLI's table of commands if that were imported now.)"""
+    from tuner.cli import INPUT_ERRORS
+
+    with pytest.raises(INPUT_ERRORS) as refused:
+        service.validate_plan(service.Context.create(workspace), "no_such_fixture")
 
     def crash(ctx):
         raise RuntimeError("boom " * 100)
 
+    monkeypatch.setattr(service, "_study_bests", crash)
     async with Client(build(workspace)) as client:
-        for fails, expected in ((refuse, "no study has run yet"), (crash, "RuntimeError: " + ("boom " * 100)[:300])):
-            monkeypatch.setattr(service, "rank_experiments", fails)
-            result = await client.call_tool("rank_experiments", {})
-            assert result.is_error and result.content[0].text == f"Error executing tool rank_experiments: {expected}"
+        for tool, arguments, expected in (("validate_plan", {"plan": "no_such_fixture"}, str(refused.value)),
+                                          ("rank_experiments", {}, "RuntimeError: " + ("boom " * 100)[:300])):
+            result = await client.call_tool(tool, arguments)
+            assert result.is_error and result.content[0].text == f"Error executing tool {tool}: {expected}"
 
 
 def test_record_result_writes_only_a_result_file(workspace):
