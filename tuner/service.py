@@ -732,8 +732,7 @@ def apply_best_verified(ctx: Context, dry_run: bool = True, limit: int = 20, rep
     if _compared(ctx, 0)["current_is_best"]:            # as compare_history says: no plan ranks above it without a regression
         reasons = ["kernel_plan.json is already the best verified plan of the fixtures and the history"]
         rank = _rank_key(ctx, kept=plan_hash(current))
-        mine = {"correct": True, "plan_hash": plan_hash(current), **{m: v["best_cycles"] for m, v in current_metrics.items()}}
-        if refused and rank(refused[0]) < rank(mine):
+        if refused and rank(refused[0]) < rank(_plan_row(ctx, "current", current, current_metrics)):
             seed, why = refused
             reasons.append(f"{seed['source']} (plan {seed['plan_hash']}) ranks above it by {ctx.objective.modes[0]} but fails the "
                            f"gate: {why}")
