@@ -1,19 +1,26 @@
-"""The two objectives agree, and the command objective never touches the workspace's plan."""
+"""The two objectives agree, the command objective never touches the workspace's plan, and the built-in one's name,
+cheap check and tolerance follow the task."""
 
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
+from pathlib import Path
 
 import numpy as np
 import pytest
 from conftest import misbehaviours, running
 
-from tuner.objectives import ObjectiveError
+import tuner
+from tuner.objectives import ObjectiveError, builtin
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.objectives.command import CommandObjective
 from tuner.plan import KNOBS, encode
+from tuner.task.benchmark import benchmark_report
+from tuner.task.verifier import TOLERANCE
 
 
 def test_command_objective_agrees_with_builtin(workspace, attempt1, iteration2, baseline):
@@ -199,3 +206,44 @@ def test_objective_names_change_with_the_scorer(workspace):
     (workspace / "benchmark.py").write_text((workspace / "benchmark.py").read_text() + "\n# changed\n")
     assert CommandObjective(workspace).name != first
     assert BuiltinObjective().name.startswith("builtin:")
+
+
+def _builtin_name(package: Path) -> str:
+    code = "from tuner.objectives.builtin import BuiltinObjective; print(BuiltinObjective().name)"
+    env = {**os.environ, "PYTHONPATH": str(package.parent)}
+    run = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True, cwd=package.parent)
+    return run.stdout.strip()
+
+
+def test_the_built_in_objective_is_renamed_by_any_change_to_the_task_and_only_by_one(tmp_path):
+    """The history keys cached values by the objective's name: a changed model or verifier must not reuse them, and
+    a change elsewhere in the package must not throw them away."""
+    source = Path(tuner.__file__).parent
+    copies = {}
+    for name in ("same", "model", "elsewhere"):
+        copies[name] = shutil.copytree(source, tmp_path / name / "tuner", ignore=shutil.ignore_patterns("__pycache__"))
+    with open(copies["model"] / "task" / "cycles.py", "a") as changed:
+        changed.write("\n# a comment changes the source, so the name\n")
+    with open(copies["elsewhere"] / "report.py", "a") as changed:
+        changed.write("\n# not the task\n")
+    names = {name: _builtin_name(package) for name, package in copies.items()}
+    assert names["same"] == BuiltinObjective().name
+    assert names["model"] != names["same"]
+    assert names["elsewhere"] == names["same"]
+
+
+def test_the_built_in_cheap_check_rules_out_a_plan_that_runs_in_dev_but_not_in_final(baseline):
+    plan = {**baseline, "block_m": 16, "block_n": 192, "block_k": 128, "dma_stages": 2, "accum": "kahan", "scratchpad_kb": 128}
+    assert benchmark_report(plan, "dev")["feasible"] and not benchmark_report(plan, "final")["feasible"]
+    objective = BuiltinObjective()
+    assert not objective.feasible(encode(plan)[None])[0]
+    assert objective.feasible(encode(baseline)[None])[0]
+
+
+@pytest.mark.parametrize(("error", "shown", "correct"), [(TOLERANCE, TOLERANCE, True), (np.nextafter(TOLERANCE, 1.0), TOLERANCE, True),
+                                                    (2.50001e-4, 2.50001e-4, False)])
+def test_the_built_in_objective_judges_the_error_it_shows_against_the_tolerance(monkeypatch, baseline, error, shown, correct):
+    """As ``benchmark.py`` does: ``max_abs`` is shown to 6 significant digits, and correct is ``max_abs <= 2.5e-4`` of that."""
+    monkeypatch.setattr(builtin, "verify", lambda plan, mode: [0.0, error])
+    result = BuiltinObjective().evaluate(encode(baseline)[None], "dev")
+    assert result.max_abs[0] == shown and bool(result.correct[0]) is correct
