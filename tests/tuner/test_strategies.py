@@ -16,6 +16,7 @@ from conftest import toy_cache
 from tuner import service
 from tuner.history import History
 from tuner.objectives import Evaluations
+from tuner.objectives.base import RULED_OUT
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.objectives.cache import CacheObjective
 from tuner.plan import SPACE, encode
@@ -122,10 +123,20 @@ def test_a_fast_sweep_counts_its_failures_by_their_reasons(tmp_path, workspace, 
     and its error markers alike, and the tensor plan's plans the model cannot run."""
     tune_params = {"x": list(range(40)), "y": list(range(40))}
     records = {(x, y): (1.0 + x + y if (x + y) % 3 else "InvalidConfig") for x in range(40) for y in range(40) if x % 4}
-    replay = service.Context.create(workspace, objective=f"cache:{toy_cache(tmp_path, records, tune_params=tune_params)}")
+    cache = f"cache:{toy_cache(tmp_path, records, tune_params=tune_params)}"
+    replay = service.Context.create(workspace, objective=cache)
     swept = service.bounded_exhaustive_search(replay, "all")
     invalid = sum(v == "InvalidConfig" for v in records.values())
     assert swept["failure_reasons"] == {"not measured": 1600 - len(records), "InvalidConfig": invalid}
+    space = tmp_path / "below30.t1.json"                # restrictions: what they rule out is counted once, by that reason
+    space.write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [{"Name": k, "Values": v} for k, v in tune_params.items()],
+                                                        "Conditions": [{"Expression": "x < 30"}]}}))
+    (tmp_path / "restricted").mkdir()
+    restricted = service.Context.create(tmp_path / "restricted", objective=cache, space=str(space))
+    swept = service.bounded_exhaustive_search(restricted, "all")
+    allowed = {key: value for key, value in records.items() if key[0] < 30}
+    assert swept["failed"] == sum(swept["failure_reasons"].values()) and swept["failure_reasons"] == {
+        RULED_OUT: 400, "not measured": 1200 - len(allowed), "InvalidConfig": sum(v == "InvalidConfig" for v in allowed.values())}
     knobs = {k: [v] for k, v in iteration2.items()} | {"split_k": [1, 2, 4], "block_n": [32, 64, 96, 128, 192]}
     (workspace / "studies" / "splits.json").write_text(json.dumps({"description": "15 plans", "knobs": knobs}))
     result = service.bounded_exhaustive_search(ctx, "splits")
