@@ -16,6 +16,7 @@ from conftest import misbehaviours, running
 
 import tuner
 from tuner.objectives import ObjectiveError, builtin
+from tuner.objectives.base import REASON_CHARS, as_float, brief, reason_group
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.objectives.command import CommandObjective
 from tuner.plan import KNOBS, encode
@@ -247,3 +248,19 @@ def test_the_built_in_objective_judges_the_error_it_shows_against_the_tolerance(
     monkeypatch.setattr(builtin, "verify", lambda plan, mode: [0.0, error])
     result = BuiltinObjective().evaluate(encode(baseline)[None], "dev")
     assert result.max_abs[0] == shown and bool(result.correct[0]) is correct
+
+
+def test_a_failure_reason_is_shown_on_one_line_and_grouped_by_its_start():
+    stderr = "Traceback (most recent call last):\n  File \"bench.py\", line 3\n\n   ValueError: bad tile   \n\n"
+    assert brief(stderr) == "Traceback (most recent call last): ... ValueError: bad tile"       # first and last lines, blanks skipped
+    assert brief("  too many registers \n\n") == "too many registers"
+    assert brief(None) == brief(" \n ") == "no reason given"
+    long = "x" * (REASON_CHARS + 50)
+    assert reason_group(f"{long}\nsecond line") == long[:REASON_CHARS]
+    assert reason_group("a\nb") == "a ... b"
+
+
+@pytest.mark.parametrize(("value", "expected"), [(3, 3.0), (2.5, 2.5), (True, None), ("1.5", None), (None, None), (10**400, None)])
+def test_a_value_read_from_outside_is_a_float_only_where_it_is_a_number(value, expected):
+    got = as_float(value)
+    assert got == expected if expected is not None else np.isnan(got)
