@@ -24,6 +24,7 @@ from tuner.search import Candidate, Search, Spec, number, shown
 from tuner.space import load_profile
 from tuner.strategies import STRATEGIES
 from tuner.strategies.checkpoint import climb
+from tuner.strategies.exhaustive import FINALISTS
 
 
 class Spy(BuiltinObjective):
@@ -109,6 +110,19 @@ def test_exhaustive_finds_the_true_optimum_of_a_small_profile(workspace, ctx, it
     assert result["best"]["final_correct"] is True and result["best"]["final"] > 0
     again = service.bounded_exhaustive_search(ctx, "tiny")
     assert again["new_evaluations"] == 0 and again["best"]["plan_hash"] == result["best"]["plan_hash"]
+
+
+def test_exhaustive_breaks_ties_by_position_in_the_profile_and_says_each_range(tmp_path):
+    """All 400 configurations tie: the finalists are the profile's first, however its ranges fell."""
+    grid = {"x": list(range(20)), "y": list(range(20))}
+    cache = toy_cache(tmp_path, dict.fromkeys(itertools.product(*grid.values()), 1.0), tune_params=grid)
+    replay = service.Context.create(tmp_path, objective=f"cache:{cache}")
+    said: list[str] = []
+    replay.progress = lambda done, total, message: said.append(message)
+    result = service.bounded_exhaustive_search(replay, "all")
+    assert said[:2] == ["1 plan from 0", "64 plans from 1"]              # the first range is one plan, then each grows
+    first = [{"x": 0, "y": y} for y in range(FINALISTS)]
+    assert result["top"] and all(row["plan"] in first for row in result["top"])
 
 
 def test_exhaustive_budget_cuts_the_sweep_and_a_rerun_continues(ctx):
