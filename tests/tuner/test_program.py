@@ -301,6 +301,12 @@ def test_a_sweep_runs_no_configuration_the_history_measured_however_fast_it_answ
     assert found == [0, 34, 0]                                      # what this run found in the history (a done sweep: none)
     ran = log.read_text().splitlines()
     assert len(ran) == len(set(ran)) == 34                          # each configuration the restriction allows, once
+    (kernel / "studies" / "again.json").write_text(json.dumps({"knobs": KNOBS}))
+    ctx = service.Context.create(kernel, objective=f"command:{kernel / 'bench.py'}", space=str(kernel / "space.t1.json"))
+    said: list[str] = []
+    ctx.progress = lambda done, total, message: said.append(message)
+    assert service.bounded_exhaustive_search(ctx, "again")["cached"] == 34
+    assert said[:2] == ["1 plan from 0", "39 plans from 1"]          # a range the history answered whole: the next grows
 
 
 def test_a_sweep_keeps_every_run_of_a_fast_program(kernel, tmp_path):
@@ -408,7 +414,7 @@ def test_a_measurement_the_restrictions_rule_out_is_never_a_seed(kernel, monkeyp
     """The previous version carried such measurements over to an edited space: histories it wrote hold them, and the
     searches and the main job's re-check read their seeds there."""
     monkeypatch.chdir(kernel)
-    ctx = service.Context.create(kernel, objective="command:bench.py", space="space.t1.json")
+    ctx = service.Context.create(kernel, objective=f"command:{kernel / 'bench.py'}", space=str(kernel / "space.t1.json"))
     space = ctx.objective.space
     ruled_out, allowed = {"bx": 160, "tile": 8, "layout": "col"}, {"bx": 96, "tile": 4, "layout": "col"}
     assert not space.allowed(space.encode(ruled_out)[None])[0]
