@@ -57,6 +57,8 @@ async def test_every_tool_writes_only_what_it_declares_and_its_result_matches_it
             assert hints.destructive_hint is bool(writes - {"history"}), name
             assert hints.idempotent_hint is (writes <= {"history"}), name             # a search again resumes; nothing else repeats
             assert tools[name].output_schema["properties"], name        # a real schema, not an empty object
+            schemas = [tools[name].output_schema, *tools[name].output_schema.get("$defs", {}).values()]
+            assert all(s.get("additionalProperties") is False for s in schemas), name     # a key that drifts in is refused
             before = workspace_files(workspace)
             result = await client.call_tool(name, arguments)
             assert not result.is_error, (name, result.content)
