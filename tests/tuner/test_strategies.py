@@ -22,7 +22,7 @@ from tuner.objectives.cache import CacheObjective
 from tuner.plan import SPACE, encode
 from tuner.search import Candidate, Search, Spec, number, shown
 from tuner.space import load_profile
-from tuner.strategies import STRATEGIES
+from tuner.strategies import STRATEGIES, exhaustive
 from tuner.strategies.checkpoint import climb
 from tuner.strategies.exhaustive import FINALISTS
 
@@ -112,8 +112,25 @@ def test_exhaustive_finds_the_true_optimum_of_a_small_profile(workspace, ctx, it
     assert again["new_evaluations"] == 0 and again["best"]["plan_hash"] == result["best"]["plan_hash"]
 
 
-def test_exhaustive_breaks_ties_by_position_in_the_profile_and_says_each_range(tmp_path):
+def test_exhaustive_ranks_no_incorrect_plan_among_its_finalists(workspace, ctx, monkeypatch):
+    """The fast path scores values only: a plan that runs but fails the verifier is a finalist until it is checked."""
+    monkeypatch.setattr(exhaustive, "DEAR_BELOW", 0.0)          # the fast path after the first range, however slow this machine
+    plan = {"q_layout": "swizzled_mn", "k_layout": "blocked", "v_layout": "blocked", "o_layout": "streamed", "block_m": 64,
+            "block_n": 32, "block_k": 96, "num_warps": 8, "vector_width": 16, "accum": "pairwise", "softmax": "approx_poly",
+            "schedule": "static", "dma_stages": 2, "prefetch_distance": 3, "dma_burst": 256, "split_k": 1, "swizzle": "xor",
+            "epilogue": "separate", "scratchpad_kb": 64}
+    softmax = list(SPACE.by_name["softmax"].choices)
+    (workspace / "studies" / "softmax.json").write_text(json.dumps({"knobs": {k: [v] for k, v in plan.items()} | {"softmax": softmax}}))
+    scored = BuiltinObjective().evaluate(np.stack([encode(plan | {"softmax": v}) for v in softmax]), "dev")
+    assert not scored.correct[softmax.index("approx_poly")] and scored.correct.sum() == 3    # runs, but fails the verifier
+    result = service.bounded_exhaustive_search(ctx, "softmax")
+    assert sorted(row["plan"]["softmax"] for row in result["top"]) == sorted(set(softmax) - {"approx_poly"})
+    assert all(row["correct"] for row in result["top"])
+
+
+def test_exhaustive_breaks_ties_by_position_in_the_profile_and_says_each_range(tmp_path, monkeypatch):
     """All 400 configurations tie: the finalists are the profile's first, however its ranges fell."""
+    monkeypatch.setattr(exhaustive, "RANGE_S", 1e9)             # ranges as large as growth allows, however slow this machine
     grid = {"x": list(range(20)), "y": list(range(20))}
     cache = toy_cache(tmp_path, dict.fromkeys(itertools.product(*grid.values()), 1.0), tune_params=grid)
     replay = service.Context.create(tmp_path, objective=f"cache:{cache}")
