@@ -149,9 +149,11 @@ def test_exhaustive_budget_cuts_the_sweep_and_a_rerun_continues(ctx):
     assert second["evaluations"] == 600_000 and second["new_evaluations"] == 300_000
 
 
-def test_a_fast_sweep_counts_its_failures_by_their_reasons(tmp_path, workspace, ctx, iteration2):
+@pytest.mark.parametrize("dear_below", [0.0, np.inf])
+def test_a_sweep_counts_its_failures_by_their_reasons_on_either_path(tmp_path, workspace, monkeypatch, dear_below):
     """A range scored on the fast path said "infeasible or incorrect" for every failure: a cache's "not measured"
-    and its error markers alike, and the tensor plan's plans the model cannot run."""
+    and its error markers alike."""
+    monkeypatch.setattr(exhaustive, "DEAR_BELOW", dear_below)
     tune_params = {"x": list(range(40)), "y": list(range(40))}
     records = {(x, y): (1.0 + x + y if (x + y) % 3 else "InvalidConfig") for x in range(40) for y in range(40) if x % 4}
     cache = f"cache:{toy_cache(tmp_path, records, tune_params=tune_params)}"
@@ -168,12 +170,19 @@ def test_a_fast_sweep_counts_its_failures_by_their_reasons(tmp_path, workspace, 
     allowed = {key: value for key, value in records.items() if key[0] < 30}
     assert swept["failed"] == sum(swept["failure_reasons"].values()) and swept["failure_reasons"] == {
         RULED_OUT: 400, "not measured": 1200 - len(allowed), "InvalidConfig": sum(v == "InvalidConfig" for v in allowed.values())}
+
+
+@pytest.mark.parametrize("dear_below", [0.0, np.inf])
+def test_a_sweep_counts_the_plans_the_cheap_check_rules_out_on_either_path(workspace, ctx, iteration2, monkeypatch, dear_below):
+    """A range went the dear way (through the history's cache) when the last one ran below 100 plans a second, as on a
+    loaded machine, and then counted no plan that the objective's cheap check ruled out."""
+    monkeypatch.setattr(exhaustive, "DEAR_BELOW", dear_below)
     knobs = {k: [v] for k, v in iteration2.items()} | {"split_k": [1, 2, 4], "block_n": [32, 64, 96, 128, 192]}
     (workspace / "studies" / "splits.json").write_text(json.dumps({"description": "15 plans", "knobs": knobs}))
     result = service.bounded_exhaustive_search(ctx, "splits")
     idx = load_profile("splits", SPACE, workspace / "studies").plans(0, 15)
     cannot = int((~BuiltinObjective().feasible(idx)).sum())
-    assert cannot > 0 and result["failure_reasons"] == {"ruled out by the problem's cheap check": cannot}
+    assert cannot > 0 and result["failure_reasons"] == {"ruled out by the problem's cheap check": cannot} and result["failed"] == cannot
 
 
 @pytest.mark.parametrize("strategy", ["quick", "checkpoint"])

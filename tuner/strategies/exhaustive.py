@@ -31,7 +31,7 @@ GROWTH = 64                         # how much larger each range may be than the
 KEEP = 64
 FINALISTS = 16
 DEAR_BELOW = 100.0                  # plans per second below which a range's every evaluation is kept in the history
-INFEASIBLE = "ruled out by the problem's cheap check"      # a fast range's plans that the objective rules out unscored
+INFEASIBLE = "ruled out by the problem's cheap check"      # a range's plans that the objective rules out unscored
 
 
 def _score(search: Search, start: int, stop: int, dear: bool) -> tuple[list[dict[str, object]], int]:
@@ -44,12 +44,12 @@ def _score(search: Search, start: int, stop: int, dear: bool) -> tuple[list[dict
     cycles[ruled_out] = np.inf                                  # restrictions; the objective knows the rest
     search.count_failed(RULED_OUT, int(ruled_out.sum()))
     failing = idx[np.isinf(cycles) & ~ruled_out]
-    if not dear and len(failing):                               # measured ones are counted with their reasons
+    if len(failing):
         cheap = ~search.objective.feasible(failing)
-        search.count_failed(INFEASIBLE, int(cheap.sum()))
-        if len(scored_failing := failing[~cheap]):          # a fast objective's reasons are cheap too (a cache's: lookups)
+        search.count_failed(INFEASIBLE, int(cheap.sum()))       # scored on neither path
+        if not dear and len(scored_failing := failing[~cheap]):  # a dear range counted its own with their reasons; a fast
             for why in search.objective.evaluate(scored_failing, search.spec.mode).reasons or [None] * len(scored_failing):
-                search.count_failed(why)
+                search.count_failed(why)                        # objective's reasons are cheap too (a cache's: lookups)
     keep = [k for k in np.argsort(cycles, kind="stable")[:KEEP] if np.isfinite(cycles[k])]
     return [{"idx": [int(v) for v in idx[k]], "cycles": float(cycles[k]), "at": start + int(k)} for k in keep], scored
 
