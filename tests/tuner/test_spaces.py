@@ -116,6 +116,18 @@ def test_a_t1_file_may_declare_knobs_that_pay_only_together():
     assert _coupled([["tile", "bx"]]).fingerprint == _coupled([]).fingerprint       # a hint: same configurations, same history
 
 
+def test_a_space_s_fingerprint_changes_with_what_the_search_sees():
+    """The objective's name carries it: a knob's values, its kind (how the search models it) or a restriction edited
+    start a new study, where an unchanged space resumes its own."""
+    def fingerprint(kind="ordinal", values=(16, 32, 64), conditions=()):
+        return space_from_t1(t1([{"Name": "bx", "Values": list(values), "Kind": kind}, {"Name": "tile", "Values": [1, 2]}],
+                                conditions)).fingerprint
+
+    same = fingerprint()
+    assert fingerprint() == same
+    assert len({same, fingerprint(kind="nominal"), fingerprint(values=(16, 32, 128)), fingerprint(conditions=["bx > 16"])}) == 4
+
+
 @pytest.mark.parametrize(("groups", "fragment"), [
     ("bx,tile", "Coupled must be a list of lists of knob names"),
     ([["bx"]], "two or more distinct knob names"),
