@@ -139,3 +139,12 @@ def test_a_configuration_beside_a_plan_object_is_not_read_as_that_plan_and_a_boo
     shown = space.shown_distributions["flag"]
     assert isinstance(shown, CategoricalDistribution) and list(shown.choices) == [False, True]
     assert space.shown_internal(space.encode({"bx": 64, "flag": True})) == {"bx": 64.0, "flag": 1.0}
+
+
+def test_a_configuration_with_many_unknown_knobs_names_five_and_counts_the_rest():
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": "bx", "Values": [32, 64]}]}})
+    with pytest.raises(SpaceError) as refused:
+        space.validate({"bx": 32} | {f"k{i}": 1 for i in range(7)})
+    assert str(refused.value) == "unknown knobs 'k0', 'k1', 'k2', 'k3', 'k4' and 2 more (known knobs: bx)"
+    with pytest.raises(SpaceError, match=r"^unknown knob 'k0' \(known knobs: bx\)$"):
+        space.validate({"bx": 32, "k0": 1})
