@@ -148,3 +148,13 @@ def test_a_configuration_with_many_unknown_knobs_names_five_and_counts_the_rest(
     assert str(refused.value) == "unknown knobs 'k0', 'k1', 'k2', 'k3', 'k4' and 2 more (known knobs: bx)"
     with pytest.raises(SpaceError, match=r"^unknown knob 'k0' \(known knobs: bx\)$"):
         space.validate({"bx": 32, "k0": 1})
+
+
+def test_a_nominal_knob_of_numbers_is_shown_as_its_choices_and_a_configuration_s_text_is_in_space_order():
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "bx", "Values": [32, 64, 128]}, {"Name": "algo", "Values": [3, 1, 2], "Kind": "nominal"}]}})
+    shown = space.shown_distributions
+    assert isinstance(shown["bx"], IntDistribution) and (shown["bx"].low, shown["bx"].high) == (32, 128)
+    assert isinstance(shown["algo"], CategoricalDistribution) and list(shown["algo"].choices) == [3, 1, 2]    # no order
+    assert space.shown_internal(space.encode({"bx": 64, "algo": 3})) == {"bx": 64.0, "algo": 0.0}                # its index
+    assert space.to_json({"algo": 1, "bx": 32}) == '{\n  "bx": 32,\n  "algo": 1\n}\n'
