@@ -158,3 +158,8 @@ def test_a_nominal_knob_of_numbers_is_shown_as_its_choices_and_a_configuration_s
     assert isinstance(shown["algo"], CategoricalDistribution) and list(shown["algo"].choices) == [3, 1, 2]    # no order
     assert space.shown_internal(space.encode({"bx": 64, "algo": 3})) == {"bx": 64.0, "algo": 0.0}                # its index
     assert space.to_json({"algo": 1, "bx": 32}) == '{\n  "bx": 32,\n  "algo": 1\n}\n'
+
+
+def test_a_stored_choice_is_its_index_even_where_python_finds_an_equal_value_before_it():
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": "flag", "Values": [1, True, "x"]}]}})
+    assert space.shown_internal(space.encode({"flag": True})) == {"flag": 1.0}         # 1 == True: a lookup by value says 0
