@@ -175,11 +175,19 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
     assert tuner("--client", "codex", "--write").returncode == 0
     toml = (workspace / ".codex" / "config.toml").read_text()
     assert toml.count("[mcp_servers.tensor-plan-server]") == 1 and f'cwd = "{workspace}"' in toml
-    (workspace / "kernel_plan.json").unlink()
-    shutil.rmtree(workspace / ".harnessgym")                              # nothing here for a server to serve
+    manifest = workspace / ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json"
+    data = json.loads(manifest.read_text())
+    data["mcpServers"]["tensor-plan-server"]["env"] = {"OMP_NUM_THREADS": "1"}
+    manifest.write_text(json.dumps(data))
+    assert json.loads(tuner("--client", "claude").stdout)["mcpServers"]["tensor-plan-server"]["env"] == {"OMP_NUM_THREADS": "1"}
+    shutil.rmtree(workspace / ".harnessgym")          # a workspace of the installed package: this interpreter's module serves it
+    plain = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--outage-s", "90", "mcp", "install", "--client",
+                            "claude"], capture_output=True, text=True, env=child_env(), timeout=60)
+    assert json.loads(plain.stdout)["mcpServers"]["tensor-plan-server"] == {
+        "command": sys.executable, "args": ["-m", "tuner.mcp_server", "--workspace", str(workspace), "--outage-s", "90"], "env": {}}
+    (workspace / "kernel_plan.json").unlink()                             # nothing here for a server to serve
     refused = tuner("--client", "claude")
     assert refused.returncode == 2 and not refused.stdout and "holds neither the manifest" in refused.stderr
-
 
 
 def test_mcp_install_gives_the_server_the_tuners_history_and_outage_window(workspace, tmp_path):
@@ -209,9 +217,11 @@ def test_mcp_install_gives_the_server_the_tuners_history_and_outage_window(works
 
     assert [s["strategy"] for s in anyio.run(searches)] == ["quick"]               # the server reads that history
     for options, fragment in ((("--history", "postgresql+psycopg://tuner:hunter2@db/h"), "holds a password"),
-                              (("--objective", "command", "--timeout-s", "5"), "--objective, --timeout-s cannot be given")):
+                              (("--objective", "command", "--timeout-s", "5"), "--objective, --timeout-s cannot be given"),
+                              (("--space", "space.t1.json"), "--space cannot be given"), (("--repeats", "3"), "--repeats cannot be given")):
         out = install(*options)
         assert out.returncode == 2 and not out.stdout and fragment in out.stderr and "hunter2" not in out.stderr, out.stderr
+
 
 @pytest.mark.parametrize(("content", "fragment"), [
     (b'{"mcpServers": []}', "not a JSON object whose 'mcpServers' is an object"),
