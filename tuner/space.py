@@ -415,7 +415,7 @@ def _exact(value: Any) -> bool:
 def make_knob(name: Any, values: Any, where: str, default: Any = None, kind: Any = None) -> Knob:
     """A knob from data; :class:`SpaceError` naming ``where`` when the values are not a list of scalars."""
     if not isinstance(name, str) or not name.isidentifier() or name.startswith("__"):
-        raise SpaceError(f"{where}: knob name {quoted(name)} is not allowed (a plain identifier)")
+        raise SpaceError(f"{where}: knob name {quoted(name)} is not allowed (a plain identifier, not starting with two underscores)")
     if len(name) > MAX_NAME_CHARS:
         raise SpaceError(f"{where}: knob name {quoted(name)} is too long (at most {MAX_NAME_CHARS} characters)")
     if reserved(name):

@@ -175,6 +175,7 @@ def test_the_kernel_plan_catalogue_is_a_t1_file():
     ([{"Name": "x", "Values": [1, 2]}, {"Name": "s", "Values": ["a", "b"]}], ["x < s if s == 'b' else True"],   # fails for s = 'b' only
      "'<' not supported between instances of 'int' and 'str'"),
     ([{"Name": "x.y", "Values": [1, 2]}], [], "knob name"),
+    ([{"Name": "__x", "Values": [1, 2]}], [], "knob name '__x' is not allowed (a plain identifier, not starting with two underscores)"),
     ([{"Name": "b" * 101, "Values": [1, 2]}], [], "b' (101 characters) is too long (at most 100 characters)"),
     ([{"Name": "True", "Values": [1, 2]}], [], "knob name 'True' is not allowed: a restriction could not name it"),   # True is the constant
     ([{"Name": "lambda", "Values": [1, 2]}], [], "knob name 'lambda' is not allowed"),
@@ -195,6 +196,11 @@ def test_bad_space_files_are_refused_with_a_reason(params, conditions, fragment)
     with pytest.raises(SpaceError) as caught:
         space_from_t1(t1(params, conditions))
     assert fragment in str(caught.value)
+
+
+def test_values_written_as_a_range_or_a_tuple_are_its_items():
+    space = space_from_t1(t1([{"Name": "bx", "Values": "range(4, 9, 2)"}, {"Name": "tile", "Values": "(8, 16)"}]))
+    assert [k.choices for k in space.knobs] == [(4, 6, 8), (8, 16)]
 
 
 def test_conditions_written_as_one_string_are_refused_not_read_as_characters():
