@@ -171,10 +171,16 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
     merged = json.loads((workspace / ".vscode" / "mcp.json").read_text())["servers"]
     assert set(merged) == {"other", "tensor-plan-server"} and merged["tensor-plan-server"]["type"] == "stdio"
     assert tuner("--client", "vscode", "--write").stdout == ".vscode/mcp.json already holds this entry\n"
+    assert tuner("--client", "codex").stdout.startswith("[mcp_servers.tensor-plan-server]\ncommand = ")     # printed, not merged
+    (workspace / ".codex").mkdir()
+    theirs = '[mcp_servers.other]\ncommand = "x"\n\n[mcp_servers.tensor-plan-server]\ncommand = "old"\n\n[profile]\nmodel = "m"'
+    (workspace / ".codex" / "config.toml").write_text(theirs)                 # the user's last line has no newline
     assert tuner("--client", "codex", "--write").returncode == 0
     assert tuner("--client", "codex", "--write").returncode == 0
     toml = (workspace / ".codex" / "config.toml").read_text()
-    assert toml.count("[mcp_servers.tensor-plan-server]") == 1 and f'cwd = "{workspace}"' in toml
+    kept = '[mcp_servers.other]\ncommand = "x"\n\n[profile]\nmodel = "m"\n[mcp_servers.tensor-plan-server]\n'
+    assert toml.startswith(kept) and toml.count("[mcp_servers.tensor-plan-server]") == 1 and f'cwd = "{workspace}"' in toml
+    assert 'command = "old"' not in toml
     manifest = workspace / ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json"
     data = json.loads(manifest.read_text())
     data["mcpServers"]["tensor-plan-server"]["env"] = {"OMP_NUM_THREADS": "1"}
