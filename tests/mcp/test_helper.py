@@ -165,6 +165,7 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
     (workspace / ".vscode").mkdir()
     theirs = '{"servers": {"other": {"type": "stdio", "command": "x"}}}'
     (workspace / ".vscode" / "mcp.json").write_text(theirs)
+    assert set(json.loads(tuner("--client", "vscode").stdout)["servers"]) == {"tensor-plan-server"}      # printed: the entry alone
     wrote = tuner("--client", "vscode", "--write")
     assert wrote.returncode == 0 and "the file it replaced: .harnessgym/backups/.vscode__mcp." in wrote.stdout
     assert (workspace / wrote.stdout.split(": ")[-1].strip().rstrip(")")).read_text() == theirs      # as the user wrote it
