@@ -15,6 +15,7 @@ from conftest import BEST_DEV, BEST_DEV_FASTER_FINAL, ROOT, toy_cache, where_not
 
 from tuner import gate, service
 from tuner.history import rows_of
+from tuner.objectives import Evaluations
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.plan import plan_hash
 from tuner.workspace import BACKUP_DIR, OUTPUT_BACKUPS, Workspace, WorkspaceError, atomic_write
@@ -155,6 +156,29 @@ def test_gate_refuses_regressions_and_incorrect_plans(ctx):
     overfit = dict(plan, accum="sequential", softmax="approx_poly", scratchpad_kb=128)
     report = service.apply_candidate(ctx, overfit, dry_run=False)
     assert not report["passed"] and any("not correct in final" in r for r in report["reasons"])
+
+
+class _Runs:
+    """An objective whose every run of a configuration gives the next of ``runs``: (value, correct, max_abs, reason)."""
+
+    modes = ("dev", "final")
+
+    def __init__(self, runs: list[tuple[float, bool, float, str | None]]) -> None:
+        self.space, self.runs = BuiltinObjective.space, iter(runs)
+
+    def evaluate(self, idx: np.ndarray, mode: str) -> Evaluations:
+        value, correct, max_abs, why = next(self.runs)
+        return Evaluations(np.array([value]), np.array([correct]), np.array([max_abs]), [why])
+
+
+def test_repeated_measurements_give_the_median_correct_only_if_every_run_is_and_the_largest_error(iteration2):
+    runs = [(300.0, True, 1e-5, None), (100.0, False, 3e-4, None), (200.0, True, 2e-5, None),
+            (np.inf, False, np.nan, None), (np.inf, False, np.nan, "no scratchpad"), (np.inf, False, np.nan, "later")]
+    metrics = gate.measure(_Runs(runs), iteration2, repeats=3)
+    assert metrics["dev"] == {"best_cycles": 200, "correct": False, "max_abs": 3e-4, "samples": [300, 100, 200]}
+    assert metrics["final"] == {"best_cycles": None, "correct": False, "max_abs": None, "samples": [None] * 3,
+                                "reason": "no scratchpad"}              # the first run that says why
+    assert gate.significance(metrics, metrics) is None                 # no interval of runs that had no value
 
 
 def test_the_gate_says_why_a_plan_cannot_run(ctx):
