@@ -46,8 +46,8 @@ def _summary(result: dict[str, Any] | None) -> str:
         return ""
     keys = ("best_cycles", "correct", "passed", "applied", "dry_run", "evaluations", "stopped", "valid", "path", "fixture")
     picked = {k: result[k] for k in keys if k in result}
-    if isinstance(result.get("best"), dict):
-        picked["best_cycles"] = result["best"].get("cycles")
+    if isinstance(result.get("best"), dict):                       # a search's best: its value in the search's mode
+        picked["best_cycles"] = result["best"].get(result.get("mode"))
     return json.dumps(picked, separators=(",", ":"))[:300]
 
 

@@ -126,6 +126,8 @@ def test_seed_workflow_through_the_helper(workspace):
         rc, result, err = call(workspace, tool, json.dumps(arguments))
         assert rc == 0, (tool, err)
         results[tool] = result
+    summaries = {record["tool"]: json.loads(record["summary"]) for record in telemetry(workspace)}     # each tool's last call
+    assert summaries["search_plans"]["best_cycles"] == results["search_plans"]["best"]["dev"] > 0       # a search's best, by mode
     best = results["compare_history"]["best_verified"]
     rc, diff, _ = call(workspace, "candidate_diff", json.dumps({"candidate": best["plan"]}))
     assert rc == 0 and diff["changes"] and diff["metrics"]["dev"]["speedup"] >= 5
