@@ -171,7 +171,7 @@ class _Runs:
         return Evaluations(np.array([value]), np.array([correct]), np.array([max_abs]), [why])
 
 
-def test_repeated_measurements_give_the_median_correct_only_if_every_run_is_and_the_largest_error(iteration2):
+def test_repeated_measurements_give_the_median_correct_only_if_every_run_is_and_the_largest_error(iteration2, tmp_path):
     runs = [(300.0, True, 1e-5, None), (100.0, False, 3e-4, None), (200.0, True, 2e-5, None),
             (np.inf, False, np.nan, None), (np.inf, False, np.nan, "no scratchpad"), (np.inf, False, np.nan, "later")]
     metrics = gate.measure(_Runs(runs), iteration2, repeats=3)
@@ -179,6 +179,9 @@ def test_repeated_measurements_give_the_median_correct_only_if_every_run_is_and_
     assert metrics["final"] == {"best_cycles": None, "correct": False, "max_abs": None, "samples": [None] * 3,
                                 "reason": "no scratchpad"}              # the first run that says why
     assert gate.significance(metrics, metrics) is None                 # no interval of runs that had no value
+    current = {mode: {"best_cycles": value, "correct": True, "max_abs": 1e-5} for mode, value in (("dev", 200), ("final", 900))}
+    candidate = _Runs([(150.0, True, 1e-5, None), (900.0, True, 1e-5, None)])      # its dev and final runs: nothing else runs
+    assert gate.gate(candidate, Workspace.at(tmp_path), iteration2, measured=(iteration2, current))["passed"]
 
 
 def test_the_gate_says_why_a_plan_cannot_run(ctx):
