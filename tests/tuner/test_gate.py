@@ -182,6 +182,10 @@ def test_repeated_measurements_give_the_median_correct_only_if_every_run_is_and_
     current = {mode: {"best_cycles": value, "correct": True, "max_abs": 1e-5} for mode, value in (("dev", 200), ("final", 900))}
     candidate = _Runs([(150.0, True, 1e-5, None), (900.0, True, 1e-5, None)])      # its dev and final runs: nothing else runs
     assert gate.gate(candidate, Workspace.at(tmp_path), iteration2, measured=(iteration2, current))["passed"]
+    current["final"]["samples"] = [900, 910]
+    candidate = _Runs([(150.0, True, 1e-5, None), (160.0, True, 1e-5, None), (800.0, True, 1e-5, None), (805.0, True, 1e-5, None)])
+    report = gate.gate(candidate, Workspace.at(tmp_path), iteration2, measured=(iteration2, current), repeats=2)
+    assert report["significance"]["mode"] == "final"                   # two runs each are enough for the test
 
 
 def test_the_gate_says_why_a_plan_cannot_run(ctx):
