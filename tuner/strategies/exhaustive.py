@@ -47,9 +47,10 @@ def _score(search: Search, start: int, stop: int, dear: bool) -> tuple[list[dict
     if len(failing):
         cheap = ~search.objective.feasible(failing)
         search.count_failed(INFEASIBLE, int(cheap.sum()))       # scored on neither path
-        if not dear and len(scored_failing := failing[~cheap]):  # a dear range counted its own with their reasons; a fast
-            for why in search.objective.evaluate(scored_failing, search.spec.mode).reasons or [None] * len(scored_failing):
-                search.count_failed(why)                        # objective's reasons are cheap too (a cache's: lookups)
+        if not dear and len(scored_failing := failing[~cheap]):  # a dear range counted these as it scored them
+            reasons = search.objective.evaluate(scored_failing, search.spec.mode).reasons    # a fast objective's: cheap too
+            for why in reasons or [None] * len(scored_failing):
+                search.count_failed(why)
     keep = [k for k in np.argsort(cycles, kind="stable")[:KEEP] if np.isfinite(cycles[k])]
     return [{"idx": [int(v) for v in idx[k]], "cycles": float(cycles[k]), "at": start + int(k)} for k in keep], scored
 
