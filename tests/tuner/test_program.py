@@ -414,7 +414,7 @@ def test_a_measurement_the_restrictions_rule_out_is_never_a_seed(kernel, monkeyp
     """The previous version carried such measurements over to an edited space: histories it wrote hold them, and the
     searches and the main job's re-check read their seeds there."""
     monkeypatch.chdir(kernel)
-    ctx = service.Context.create(kernel, objective=f"command:{kernel / 'bench.py'}", space=str(kernel / "space.t1.json"))
+    ctx = service.Context.create(kernel, objective="command:bench.py", space="space.t1.json")
     space = ctx.objective.space
     ruled_out, allowed = {"bx": 160, "tile": 8, "layout": "col"}, {"bx": 96, "tile": 4, "layout": "col"}
     assert not space.allowed(space.encode(ruled_out)[None])[0]
