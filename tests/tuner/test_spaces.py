@@ -203,6 +203,13 @@ def test_values_written_as_a_range_or_a_tuple_are_its_items():
     assert [k.choices for k in space.knobs] == [(4, 6, 8), (8, 16)]
 
 
+def test_restrictions_that_chain_knobs_link_them_all_and_a_default_of_zero_counts():
+    knobs = [{"Name": name, "Values": [1, 2]} for name in "abcd"]
+    assert space_from_t1(t1(knobs, ["a <= b", "c <= d", "a <= d"])).linked == ((0, 1, 2, 3),)    # c joins through d
+    space = space_from_t1({"ConfigurationSpace": {"TuningParameters": [{"Name": "zero", "Values": [1, 0], "Default": 0}]}}, "gemm.t1.json")
+    assert space.decode(space.default()) == {"zero": 0} and space.name == "gemm.t1"      # no BenchmarkName: the file's name
+
+
 def test_conditions_written_as_one_string_are_refused_not_read_as_characters():
     data = t1([{"Name": "x", "Values": [1, 2]}])
     data["ConfigurationSpace"]["Conditions"] = "x > 1"
