@@ -158,8 +158,8 @@ def test_seed_workflow_through_the_helper(workspace):
 
 
 def test_mcp_install_prints_and_merges_client_configs(workspace):
-    def tuner(*args):
-        return subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "mcp", "install", *args],
+    def tuner(*args, options=()):
+        return subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), *options, "mcp", "install", *args],
                               capture_output=True, text=True, env=child_env(), timeout=60)
 
     claude = json.loads(tuner("--client", "claude").stdout)["mcpServers"]["tensor-plan-server"]
@@ -190,8 +190,7 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
     manifest.write_text(json.dumps(data))
     assert json.loads(tuner("--client", "claude").stdout)["mcpServers"]["tensor-plan-server"]["env"] == {"OMP_NUM_THREADS": "1"}
     shutil.rmtree(workspace / ".harnessgym")          # a workspace of the installed package: this interpreter's module serves it
-    plain = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(workspace), "--outage-s", "90", "mcp", "install", "--client",
-                            "claude"], capture_output=True, text=True, env=child_env(), timeout=60)
+    plain = tuner("--client", "claude", options=("--outage-s", "90"))
     assert json.loads(plain.stdout)["mcpServers"]["tensor-plan-server"] == {
         "command": sys.executable, "args": ["-m", "tuner.mcp_server", "--workspace", str(workspace), "--outage-s", "90"], "env": {}}
     (workspace / "kernel_plan.json").unlink()                             # nothing here for a server to serve
