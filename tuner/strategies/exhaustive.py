@@ -77,8 +77,9 @@ def run(search: Search) -> Outcome:
         if dear:
             search.flush()                                      # the measurements are written before the range is done
         search.worker.complete_range(start, kept)
-        search.scored += stop - start
-        search.report(search.evaluations, total, f"{stop - start:,} plan{'s' if stop - start > 1 else ''} from {start:,}")
+        plans = stop - start
+        search.scored += plans
+        search.report(search.evaluations, total, f"{plans:,} plan{'s' if plans > 1 else ''} from {start:,}")
         if scored:                                              # the history's answers say nothing of the objective's speed
             rate = scored / max(time.monotonic() - began, 1e-6)               # plans per second
         size = int(np.clip(rate * RANGE_S if scored else GROWTH * size, 1, min(GROWTH * size, CHUNK)))
