@@ -162,6 +162,15 @@ def test_a_history_url_is_shown_as_given_with_its_password_hidden(tmp_path):
     assert shown_url("postgresql+psycopg://tuner@db/tuning?sslmode=require") == "postgresql+psycopg://tuner@db/tuning?sslmode=require"
 
 
+def test_a_history_path_may_hold_percent_signs_and_question_marks(tmp_path):
+    """In a URL, ``%`` starts an escape and ``?`` the query: a path's own are escaped, so the file is where it was named."""
+    file = tmp_path / "50%20 done?mode=ro" / "h.db"
+    history = History(resolve_url(file))
+    history.study("a")
+    history.close()
+    assert file.is_file() and History(resolve_url(file), read_only=True).study_names() == ["a"]
+
+
 def test_an_in_memory_history_reads_as_empty_and_refuses_to_be_written():
     """Optuna's storage and the tuner's tables each open their own engine, and an in-memory SQLite database is
     one per engine: a search written there would fail half-way, so it is refused up front, by name."""
