@@ -127,7 +127,8 @@ def test_a_space_takes_over_a_correct_time_in_the_place_of_a_value_that_failed_t
 
 def test_a_failure_is_measured_again_only_under_a_longer_time_limit(tmp_path):
     """A run killed at a time limit says only that it took longer: ``scored`` runs it again under a longer limit (and
-    writes its new row in the failure's place), not under the same one; a crash is never run again."""
+    writes its new row in the failure's place), not under the same one; a crash is never run again. A configuration
+    asked for twice runs once, and an error the objective did not measure (NaN) is none."""
     space = space_from_tune_params({"k": [1, 2, 3]})
     idx = np.stack([space.encode({"k": k}) for k in (1, 2, 3)])
     hashes = [space.hash_idx(row) for row in idx]
@@ -142,8 +143,9 @@ def test_a_failure_is_measured_again_only_under_a_longer_time_limit(tmp_path):
                                 Row(hashes[1], None, False, None, idx[1], reason="exited 3")])
     for limit, measured in ((0.5, [hashes[2]]), (2.0, [hashes[0]])):
         objective = SimpleNamespace(name="o", space=space, timeout_s=limit, evaluate=evaluate)
-        rows = history.scored(objective, "time", idx)
+        rows = history.scored(objective, "time", np.concatenate([idx, idx]))
         assert runs == measured and set(rows) == set(hashes), limit
+        assert [rows[h].max_abs for h in measured] == [None]
         runs.clear()
     assert {h: r.cycles for h, r in history.cached("o", "time").items()} == dict(zip(hashes, [2.0, None, 2.0], strict=True))
     history.close()
