@@ -464,6 +464,20 @@ def test_resuming_says_how_many_studies_the_history_holds_of_other_objectives(ct
     assert resumed["other_objectives"] == {other.objective.name: 1} and resumed["searches"] == []
 
 
+def test_resuming_lists_the_profiles_no_sweep_of_this_objective_finished(workspace, tmp_path):
+    """A sweep stopped by its budget resumes, so its profile is still to sweep; a finished one is not; a profile of the
+    studies folder that lists another space's knobs is none of this space's."""
+    (workspace / "studies" / "small.json").write_text(json.dumps({"knobs": {"bx": [32, 64], "tile": [1]}}))
+    (workspace / "studies" / "plan_only.json").write_text(json.dumps({"knobs": {"block_m": [64]}}))
+    ctx = service.Context.create(workspace, objective=f"cache:{toy_cache(tmp_path, {(32, 1): 3.0, (64, 1): 2.0, (128, 2): 1.0})}")
+    assert service.resume_search_history(ctx)["profiles_not_swept"] == ["all", "small"]
+    assert service.bounded_exhaustive_search(ctx, "all", max_evals=2)["stopped"] == "evaluation budget"
+    assert service.resume_search_history(ctx)["profiles_not_swept"] == ["all", "small"]
+    assert service.bounded_exhaustive_search(ctx, "small")["stopped"] == "exhausted"
+    assert service.resume_search_history(ctx)["profiles_not_swept"] == ["all"]
+    ctx.close()
+
+
 def test_the_history_seeds_run_nothing_and_the_gate_measures_the_one_it_tries(ctx):
     """The gate's seeds from the history carry the authority's value where a search checked the plan there, and
     ``None`` elsewhere: listing them runs no benchmark (with a real one, the final mode of 80 plans per call, which a
