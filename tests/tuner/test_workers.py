@@ -93,7 +93,9 @@ def test_a_worker_on_another_host_is_dead_only_after_the_heartbeat_timeout(tmp_p
     worker.leave()
 
 
-def test_a_killed_worker_on_this_machine_is_dead_at_once(tmp_path):
+@pytest.mark.parametrize("reaped", [True, False])
+def test_a_killed_worker_on_this_machine_is_dead_at_once(tmp_path, reaped):
+    """Its process is gone, or a zombie its parent has not waited for yet: either way it runs nothing."""
     db = tmp_path / "h.db"
     script = ("import sys; from tuner.history import History; from tuner.claims import Worker\n"
               f"h = History('sqlite:///{db}'); h.study('s')\n"
@@ -105,10 +107,14 @@ def test_a_killed_worker_on_this_machine_is_dead_at_once(tmp_path):
     worker = _worker(history)
     assert worker.claim([("plan:x", 1, [0, 1])], budget=10).elsewhere == ["plan:x"]      # alive: its heartbeat is fresh
     child.kill()
-    child.wait()
+    if reaped:
+        child.wait()
+    else:                                                   # ended, and left unreaped: a zombie
+        os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
     assert worker.unfinished() == ([[0, 1]], 0)             # no heartbeat timeout to wait for: its pid is gone
     assert worker.claim([("plan:x", 1, [0, 1])], budget=10).granted == ["plan:x"]
     worker.leave()
+    child.wait()
 
 
 STOPPED_WORKER = """
