@@ -119,6 +119,7 @@ def test_a_space_takes_over_a_correct_time_in_the_place_of_a_value_that_failed_t
     reader = History(f"sqlite:///{tmp_path / 'h.db'}", read_only=True)
     assert reader.adopt(third) == 2
     assert {h: (r.cycles, r.correct) for h, r in reader.cached(third.name, "time").items()} == {h1: (6.0, True), h2: (7.0, True)}
+    assert list(reader.cached(third.name, "time", [h2])) == [h2]                # what is asked for, taken over or not
     assert reader.failures(third.name, "time") == (2, {}) and reader.best_cached(third.name, "time", 1)[0].plan_hash == h1
     reader.close()
     assert history.failures(third.name, "time") == (1, {h2: (None, "CUDA error")})      # the reader wrote nothing
