@@ -130,6 +130,7 @@ def test_reading_a_history_that_holds_only_other_objectives_studies_says_so(work
     """The ranking, the comparison and the report came out empty without saying that the history holds studies, only
     not of this objective (another problem's, or this one's before its model changed)."""
     cache = ROOT / "perf" / "caches" / "convolution-RTX_2080Ti.json.gz"
+    assert tuner(workspace, "rank_experiments").stderr == ""                      # an empty history: nothing to say
     assert tuner(workspace, "--objective", f"cache:{cache}", "search_plans", "--max-evals", "3").returncode == 0
     for command in ("rank_experiments", "compare_history", "report"):
         out = tuner(workspace, command)
