@@ -27,3 +27,12 @@ def test_a_plan_that_cannot_run_is_traced_as_infeasible_with_the_reason(ctx, ite
     trace = service.trace_summary(ctx, crowded)
     assert trace == {"plan_source": "inline plan", "feasible": False, "reason": trace["reason"]}
     assert trace["reason"].startswith("scratchpad footprint ") and "exceeds scratchpad_kb=48" in trace["reason"]
+
+
+def test_the_findings_name_each_overhead_of_at_least_5_percent_of_the_cycles_and_never_compute(ctx):
+    """Compute is the work itself, not an overhead to remove: it is never a finding, whatever its share."""
+    trace = service.trace_summary(ctx, None, "dev")
+    shares = {component: entry["share"] for component, entry in trace["components"].items()}
+    assert shares["compute"] >= 0.05 and 0.05 <= shares["tail"] < 0.1 and shares["memory"] < 0.05     # what the test is about
+    assert "tail is 6% of dev cycles" in trace["findings"]
+    assert not any(finding.startswith(("compute ", "memory ")) for finding in trace["findings"])
