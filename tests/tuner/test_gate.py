@@ -11,7 +11,7 @@ from pathlib import Path
 
 import numpy as np
 import pytest
-from conftest import BEST_DEV, BEST_DEV_FASTER_FINAL, ROOT, toy_cache, where_nothing_can_be_written, workspace_files
+from conftest import BEST_DEV, BEST_DEV_FASTER_FINAL, OVERFLOWING, ROOT, toy_cache, where_nothing_can_be_written, workspace_files
 
 from tuner import gate, service
 from tuner.history import rows_of
@@ -494,3 +494,11 @@ def test_the_history_seeds_run_nothing_and_the_gate_measures_the_one_it_tries(ct
     service.local_neighborhood_search(ctx, fixture="tensor_plan_iteration2_neighborhood_best", max_evals=60)
     seeds = [s for s in service.resume_search_history(ctx)["seeds"] if s["source"] == "history"]
     assert seeds[0]["final"] == ctx.history.cached(*final)[seeds[0]["plan_hash"]].cycles     # the finalists are checked
+
+
+def test_a_diff_with_a_plan_that_cannot_run_names_its_changes_and_gives_no_speedup(ctx, iteration2):
+    crowded = dict(iteration2, **OVERFLOWING)
+    for candidate, against in ((iteration2, crowded), (crowded, iteration2)):
+        diff = service.candidate_diff(ctx, candidate, against)
+        assert set(diff["changes"]) == {knob for knob, value in OVERFLOWING.items() if iteration2[knob] != value}
+        assert all(m["speedup"] is None and (m["from"] is None) != (m["to"] is None) for m in diff["metrics"].values()), diff
