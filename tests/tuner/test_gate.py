@@ -502,3 +502,13 @@ def test_a_diff_with_a_plan_that_cannot_run_names_its_changes_and_gives_no_speed
         diff = service.candidate_diff(ctx, candidate, against)
         assert set(diff["changes"]) == {knob for knob, value in OVERFLOWING.items() if iteration2[knob] != value}
         assert all(m["speedup"] is None and (m["from"] is None) != (m["to"] is None) for m in diff["metrics"].values()), diff
+
+
+def test_focused_starts_from_the_best_configuration_the_history_holds(tmp_path):
+    """Not from the space's default, (32, 1), the slowest here."""
+    grid = [(bx, tile) for bx in (32, 64, 128) for tile in (1, 2)]
+    ctx = service.Context.create(tmp_path, objective=f"cache:{toy_cache(tmp_path, {c: 10.0 - i for i, c in enumerate(grid)})}")
+    best = service.bounded_exhaustive_search(ctx, "all")["best"]
+    focused = service.search_plans(ctx, strategy="focused", max_evals=1)
+    assert best["plan"] == {"bx": 128, "tile": 2} and ctx.history.outcomes(focused["study"])[0][0] == best["plan_hash"]
+    ctx.close()
