@@ -10,7 +10,7 @@ import sys
 
 import anyio
 import pytest
-from conftest import child_env, where_nothing_can_be_written
+from conftest import child_env, copy_workspace, where_nothing_can_be_written
 from mcp import Client, StdioServerParameters
 
 HELPER = ".harnessgym/runtime/mcp_call.py"
@@ -48,6 +48,21 @@ def test_one_telemetry_record_per_call_and_exit_codes(workspace):
     first = records[0]
     assert first["server"] == "tensor-plan-server" and first["tool"] == "run_objective" and first["arguments"] == {"mode": "dev"}
     assert first["duration_s"] > 0 and "best_cycles" in first["summary"] and first["time"].endswith("+00:00")
+
+
+def test_the_helper_called_from_another_folder_starts_the_server_of_its_workspace_or_the_one_named(workspace, tmp_path):
+    """The manifest names the launcher by a path in the workspace: the server starts there whatever the caller's folder,
+    and works on ``TENSOR_PLAN_WORKSPACE`` where the caller names another workspace."""
+    other = copy_workspace(tmp_path / "other")
+    fixture = json.loads((other / "fixtures" / "tensor_plan_iteration2_neighborhood_best.json").read_text())
+    (other / "kernel_plan.json").write_text(json.dumps(fixture["plan"]))             # faster than the workspace's own plan
+    helper = [sys.executable, str(workspace / HELPER), "--server", "tensor-plan-server", "--tool", "run_objective"]
+    values = []
+    for env in ({}, {"TENSOR_PLAN_WORKSPACE": str(other)}):
+        out = subprocess.run(helper, cwd=tmp_path, capture_output=True, text=True, env=child_env() | env, timeout=600)
+        assert out.returncode == 0, out.stderr
+        values.append(json.loads(out.stdout)["best_cycles"])
+    assert values[1] < values[0] and len(telemetry(workspace)) == 2 and not (tmp_path / ".harnessgym").exists()
 
 
 def test_a_call_whose_telemetry_cannot_be_written_still_gives_its_result(workspace):
