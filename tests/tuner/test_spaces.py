@@ -362,6 +362,8 @@ def test_a_study_exported_as_t4_results_replays_as_the_measurements_it_made(tmp_
     again = {tuple(replayed.space.decode(row).values()): value for row, value in zip(grid, replayed.evaluate(grid).cycles, strict=True)}
     assert again == {c: (t if isinstance(t, float) else np.inf) for c, t in {**records, (128, 2): "not measured"}.items()}
     assert service.export_results(ctx)["backup"] and (workspace / exported["path"]).read_bytes() == written     # same bytes
+    later = service.search_plans(ctx, strategy="quick", max_evals=10, seed=1)
+    assert service.export_results(ctx)["study"] == later["study"]               # by default, the study updated last
     ctx.close()
     command = [sys.executable, "-m", "tuner", "--workspace", str(workspace), "--objective", f"cache:{cache}", "export_results"]
     out = subprocess.run([*command, "--study", "quick:nope"], capture_output=True, text=True, timeout=120, cwd=ROOT)
