@@ -111,7 +111,7 @@ def test_a_killed_worker_on_this_machine_is_dead_at_once(tmp_path, reaped):
         child.wait()
     else:                                                   # ended, and left unreaped: a zombie
         os.waitid(os.P_PID, child.pid, os.WEXITED | os.WNOWAIT)
-    assert worker.unfinished() == ([[0, 1]], 0)             # no heartbeat timeout to wait for: its pid is gone
+    assert worker.unfinished() == ([[0, 1]], 0)             # no heartbeat timeout to wait for: it runs no more
     assert worker.claim([("plan:x", 1, [0, 1])], budget=10).granted == ["plan:x"]
     worker.leave()
     child.wait()
