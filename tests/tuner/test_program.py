@@ -579,6 +579,22 @@ def test_the_main_job_on_a_noisy_program_measures_the_best_again_and_keeps_the_f
     assert "speedup over the default: 6.50x\n  95% interval 6.50x-6.50x: significant\n" in text.stdout
 
 
+def test_the_main_job_on_a_noisy_program_whose_default_cannot_run_compares_no_winner_with_it(kernel):
+    """The default's runs fail again in the re-check: the winner is the fastest of the others, with no speedup over
+    the default and no comparison with its runs, which are none."""
+    (kernel / "bench.py").write_text("import json, sys\nc = json.load(sys.stdin)\n"
+                                     "if (c['bx'], c['tile']) == (32, 1):\n    sys.exit('no kernel for the default')\n"
+                                     "print(abs(c['bx'] - 96) / 32 + abs(c['tile'] - 4) + 1.0)\n")
+    out = _tuner(kernel, "--objective", "command:bench.py", "--space", "space.t1.json", "--repeats", "2", "--json", "run",
+                 "--time-s", "60")
+    assert out.returncode == 0, out.stderr
+    result = json.loads(out.stdout)
+    default = result["recheck"]["configurations"][-1]
+    assert default["source"] == "the space's default" and default["searched"] is None and default["again"]["median"] is None
+    assert "against_default" not in result["recheck"] and "speedup" not in result and result["best"]["time"] == 1.0
+    assert result["baseline"]["reason"] == "bench.py exited 1: no kernel for the default"
+
+
 @pytest.mark.parametrize("command", [("search_plans", "--max-evals", "5"), ("run", "--time-s", "60")])
 def test_one_worker_runs_the_program_in_the_environment_worker_env_gives_it(kernel, tmp_path, command):
     """``--worker-env`` without ``--workers`` (one worker) was ignored: the program ran on the default GPU, not the
