@@ -100,6 +100,38 @@ def test_the_best_evaluations_are_the_best_correct_values_with_ties_by_plan_hash
     history.close()
 
 
+def test_a_space_takes_over_a_run_killed_at_a_time_limit_with_its_limit(tmp_path):
+    """So that a search on the new space with a longer limit measures it again, as one on the earlier space would,
+    where a plain failure would stand for good; a read-only history holds the limit too."""
+    first, second = (SimpleNamespace(name=name, measures="command:bench", space=space_from_tune_params({"k": list(range(1, top + 1))}))
+                     for name, top in (("command:a", 3), ("command:b", 4)))
+    k2 = first.space.encode({"k": 2})
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    assert history.adopt(first) == 0
+    history.write(first.name, "time", [Row(first.space.hash_idx(k2), None, False, None, k2, timed_out_s=0.5, reason="took over 0.5 s")])
+    h = second.space.hash_idx(k2)
+    reader = History(f"sqlite:///{tmp_path / 'h.db'}", read_only=True)
+    assert reader.adopt(second) == 1 and reader.timed_out(second.name, "time") == {h: 0.5}
+    reader.close()
+    assert history.adopt(second) == 1 and history.timed_out(second.name, "time") == {h: 0.5}
+    history.close()
+
+
+def test_a_failures_reason_in_the_history_stands_before_one_an_older_trial_kept(tmp_path):
+    """Where some failures have no reason in the history (an older version scored them), those come from the trials; a
+    failure measured again since has its new reason in the history, and that one stands, not its old trial's."""
+    space = space_from_tune_params({"k": [1, 2]})
+    k1, k2 = space.encode({"k": 1}), space.encode({"k": 2})
+    h1, h2 = space.hash_idx(k1), space.hash_idx(k2)
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    study = history.study("quick:space:time:seed0@o")
+    history.write("o", "time", [Row(h1, None, False, None, k1), Row(h2, None, False, None, k2)], study._study_id,
+                  [TrialRecord(k1, None, {"reason": "kept in a trial"}), TrialRecord(k2, None, {"reason": "the first run's"})], space=space)
+    history.write("o", "time", [Row(h2, None, False, None, k2, reason="the second run's")], replaced=[h2])
+    assert history.failures("o", "time") == (2, {h1: (None, "kept in a trial"), h2: (None, "the second run's")})
+    history.close()
+
+
 def test_a_space_takes_over_a_correct_time_in_the_place_of_a_value_that_failed_the_check(tmp_path):
     """Of one program's spaces, the first (by name) measured k=1 with a value that failed the problem's check, the
     second a correct time: a third space takes over the correct time, which counts as no failure. A read-only history
