@@ -132,6 +132,18 @@ def test_a_failures_reason_in_the_history_stands_before_one_an_older_trial_kept(
     history.close()
 
 
+def test_a_configurations_samples_are_those_of_its_last_trial_in_the_newest_study_that_measured_it(tmp_path):
+    """A configuration is measured again only to replace its result, and the cache holds the last measurement."""
+    space = space_from_tune_params({"k": [1, 2]})
+    k1 = space.encode({"k": 1})
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    for name, runs in (("quick:space:time:seed0@o", [[4.0, 6.0], [2.0, 3.0]]), ("remeasure:failures:1:time@o", [[1.0, 1.5]])):
+        history.write("o", "time", [], history.study(name)._study_id,
+                      [TrialRecord(k1, float(np.median(r)), {"samples": r}) for r in runs], space=space)
+        assert history.samples("o") == {space.hash_idx(k1): runs[-1]}
+    history.close()
+
+
 def test_a_space_takes_over_a_correct_time_in_the_place_of_a_value_that_failed_the_check(tmp_path):
     """Of one program's spaces, the first (by name) measured k=1 with a value that failed the problem's check, the
     second a correct time: a third space takes over the correct time, which counts as no failure. A read-only history
