@@ -53,6 +53,24 @@ def test_a_plan_is_granted_once_and_the_study_budget_is_shared(tmp_path):
     history.close()
 
 
+def test_a_claim_is_granted_again_to_its_holder_and_a_taken_over_one_is_held_by_its_taker(tmp_path):
+    """A worker that asks again for what it holds (the commit of its claim was lost to an outage, so it retried) gets it,
+    counted once; one that takes over a left worker's claim holds it from then on, so that a third does not take it
+    too; and a worker that joins takes the lowest slot no live worker holds."""
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    a, b = _worker(history), _worker(history)
+    assert a.claim([("plan:x", 1, [0])], budget=5).granted == ["plan:x"]
+    assert a.claim([("plan:x", 1, [0])], budget=5).granted == ["plan:x"] and a.evaluations == 1
+    a.leave()
+    assert b.claim([("plan:x", 1, [0])], budget=5).granted == ["plan:x"]
+    c = _worker(history)
+    assert (a.slot, b.slot, c.slot) == (0, 1, 0)
+    assert c.claim([("plan:x", 1, [0])], budget=5).elsewhere == ["plan:x"]
+    b.leave()
+    c.leave()
+    history.close()
+
+
 def test_a_range_whose_claim_the_worker_did_not_hear_of_is_its_next_range(tmp_path):
     """A worker asks for a range again without completing the one it has (the commit of its claim was lost to an outage,
     so it retried): it gets the same range back, not the next one, which would leave the first claimed for ever."""
