@@ -83,6 +83,18 @@ def test_a_range_whose_claim_the_worker_did_not_hear_of_is_its_next_range(tmp_pa
     history.close()
 
 
+def test_a_profile_whose_last_range_a_live_worker_scores_is_not_done_until_that_range_is(tmp_path):
+    """``False`` (wait: the rest are being scored), then ``None`` (every range is done)."""
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    a, b = _worker(history), _worker(history)
+    assert a.claim_range(10, 10) == (0, 10) and b.claim_range(10, 10) is False
+    a.complete_range(0, [])
+    assert b.claim_range(10, 10) is None
+    a.leave()
+    b.leave()
+    history.close()
+
+
 def _silent_worker(history: History, name: str, age_s: float) -> None:
     """A worker on another machine whose last heartbeat was ``age_s`` ago, holding plan:x. Its process number is one no
     process here has (a child that ended): that machine's numbers say nothing of this one's processes."""
