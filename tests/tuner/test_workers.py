@@ -95,14 +95,14 @@ def test_a_profile_whose_last_range_a_live_worker_scores_is_not_done_until_that_
     history.close()
 
 
-def test_the_audit_finds_ranges_that_do_not_tile_the_profile(tmp_path):
-    """What the workers' tests rely on to catch a range scored twice or never."""
+def test_the_audit_finds_ranges_that_do_not_tile_the_profile_and_work_not_done(tmp_path):
+    """What the workers' tests rely on to catch a range scored twice or never, or left claimed."""
     history = History(f"sqlite:///{tmp_path / 'h.db'}")
     worker = _worker(history)
     assert worker.claim_range(40, 10) == (0, 10)
     worker.complete_range(0, [])
     assert worker.claim_range(40, 10) == (10, 20)
-    assert (audit(history, "s")["range_gaps"], audit(history, "s")["range_plans"]) == (0, 20)
+    assert [audit(history, "s")[key] for key in ("range_gaps", "range_plans", "unfinished", "done")] == [0, 20, 1, 10]
     with history.engine.begin() as connection:              # a range past a gap, as a bug would claim it
         connection.execute(text("insert into tuner_claims (study_name, item, size, worker, state) "
                                 "values ('s', 'range:000000000000025', 5, 'w', 'claimed')"))
