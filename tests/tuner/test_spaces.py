@@ -406,6 +406,21 @@ def test_a_t4_file_is_replayed_by_its_time_and_refused_where_it_would_be_maximiz
         CacheObjective(tmp_path / "gflops.json")
 
 
+def test_a_cache_tuned_for_another_objective_replays_its_time_and_one_with_no_time_its_objective_in_its_unit(tmp_path):
+    """A Kernel Tuner cache tuned for GFLOP/s records the time too: that is replayed, not refused. A T4 file that
+    measures no time replays its objective (lower is better), in the unit it names, or in "units" where it names none."""
+    data = {"kernel_name": "toy", "objective": "GFLOP/s", "tune_params_keys": ["bx"], "tune_params": {"bx": [32, 64]},
+            "cache": {str(bx): {"bx": bx, "time": t, "GFLOP/s": 10 / t} for bx, t in ((32, 2.0), (64, 1.0))}}
+    (tmp_path / "gflops.json").write_text(json.dumps(data))
+    gflops = CacheObjective(tmp_path / "gflops.json")
+    assert (gflops.modes, gflops.unit, gflops.optimum) == (("time",), "ms", 1.0)
+    results = [{"configuration": {"bx": bx}, "invalidity": "correct", "measurements": [{"name": "score", "value": v}],
+                "objectives": ["score"]} for bx, v in ((32, 3.0), (64, 4.0))]
+    (tmp_path / "score.json").write_text(json.dumps({"results": results}))
+    replayed = CacheObjective(tmp_path / "score.json")
+    assert (replayed.modes, replayed.unit, replayed.optimum) == (("score",), "units", 3.0)
+
+
 @pytest.mark.parametrize(("value", "correct", "failure", "invalidity"), [
     (1.5, True, None, "correct"), (1.5, False, None, "correctness"), (None, False, "timeout", "timeout"),
     (None, False, "CompilationFailedConfig", "compile"), (None, False, "RuntimeFailedConfig", "runtime"),
