@@ -421,6 +421,13 @@ def test_a_cache_tuned_for_another_objective_replays_its_time_and_one_with_no_ti
     assert (replayed.modes, replayed.unit, replayed.optimum) == (("score",), "units", 3.0)
 
 
+def test_a_kernel_tuner_cache_that_also_names_results_is_read_as_a_cache(tmp_path):
+    """Its ``cache`` decides what it is: a key ``results`` of its own (another tool's notes) makes no T4 file of it."""
+    path = toy_cache(tmp_path, {(32, 1): 3.0, (64, 1): 2.0}, name="toy.json")
+    path.write_text(json.dumps(json.loads(path.read_text()) | {"results": "kept by another tool"}))
+    assert CacheObjective(path).optimum == 2.0
+
+
 @pytest.mark.parametrize(("value", "correct", "failure", "invalidity"), [
     (1.5, True, None, "correct"), (1.5, False, None, "correctness"), (None, False, "timeout", "timeout"),
     (None, False, "CompilationFailedConfig", "compile"), (None, False, "RuntimeFailedConfig", "runtime"),
