@@ -57,15 +57,18 @@ def test_a_knob_whose_values_python_finds_equal_is_stored_as_each_value(tmp_path
     history.close()
 
 
+def _program_space(name: str, top: int) -> SimpleNamespace:
+    """What :meth:`History.adopt` reads of a program's objective: its name, the program it measures (the same for
+    all of them) and its space, knob ``k`` from 1 to ``top``."""
+    return SimpleNamespace(name=name, measures="command:bench", space=space_from_tune_params({"k": list(range(1, top + 1))}))
+
+
 def test_a_space_takes_over_the_value_another_space_measured_after_a_failure(tmp_path):
     """Three spaces of one program: the first's run of k=2 failed, the second took that failure over and measured it
     again. A third took over the first space's evaluation (its name sorts first), the failure with its reason, so
     every search on it held k=2 as failed. A read-only history (compare_history's, remeasure_failures' check) took
     nothing over, so it read no measurement on a space that no search had used yet."""
-    def objective(name: str, top: int) -> SimpleNamespace:
-        return SimpleNamespace(name=name, measures="command:bench", space=space_from_tune_params({"k": list(range(1, top + 1))}))
-
-    first, second, third = objective("command:a", 3), objective("command:b", 4), objective("command:c", 5)
+    first, second, third = _program_space("command:a", 3), _program_space("command:b", 4), _program_space("command:c", 5)
     history = History(f"sqlite:///{tmp_path / 'h.db'}")
     k2 = first.space.encode({"k": 2})
     assert history.adopt(first) == 0
@@ -103,8 +106,7 @@ def test_the_best_evaluations_are_the_best_correct_values_with_ties_by_plan_hash
 def test_a_space_takes_over_a_run_killed_at_a_time_limit_with_its_limit(tmp_path):
     """So that a search on the new space with a longer limit measures it again, as one on the earlier space would,
     where a plain failure would stand for good; a read-only history holds the limit too."""
-    first, second = (SimpleNamespace(name=name, measures="command:bench", space=space_from_tune_params({"k": list(range(1, top + 1))}))
-                     for name, top in (("command:a", 3), ("command:b", 4)))
+    first, second = _program_space("command:a", 3), _program_space("command:b", 4)
     k2 = first.space.encode({"k": 2})
     history = History(f"sqlite:///{tmp_path / 'h.db'}")
     assert history.adopt(first) == 0
@@ -149,10 +151,7 @@ def test_a_space_takes_over_a_correct_time_in_the_place_of_a_value_that_failed_t
     second a correct time: a third space takes over the correct time, which counts as no failure. A read-only history
     holds what it would take over in the place of the space's own failure (k=2: failed under the third space, timed
     under the second)."""
-    def objective(name: str) -> SimpleNamespace:
-        return SimpleNamespace(name=name, measures="command:bench", space=space_from_tune_params({"k": [1, 2, 3]}))
-
-    first, second, third = objective("command:a"), objective("command:b"), objective("command:c")
+    first, second, third = _program_space("command:a", 3), _program_space("command:b", 3), _program_space("command:c", 3)
     k1, k2 = first.space.encode({"k": 1}), first.space.encode({"k": 2})
     h1, h2 = first.space.hash_idx(k1), first.space.hash_idx(k2)
     history = History(f"sqlite:///{tmp_path / 'h.db'}")
