@@ -167,11 +167,12 @@ def test_export_refuses_to_replace_without_overwrite_and_never_follows_a_symlink
 
 
 @pytest.mark.parametrize(("kind", "path"), [
-    ("plan", "fixtures/kernel_plan.json"), ("output", "results/run.sh"), ("output", "results.json"),
+    ("plan", "fixtures/kernel_plan.json"), ("fixture", "fixtures/sub/x.json"), ("fixture", "fixtures/x.txt"),
+    ("output", "results/run.sh"), ("output", "results.json"),
     ("result", "vendor/.git/hooks.json"), ("result", "elsewhere/harnessgym-mcp.json")])
 def test_each_kind_of_write_may_touch_only_its_own_files(workspace, kind, path):
-    """The plan is the workspace's own file; an output a .json or .html under results/; a result no file of a nested
-    repository's .git and no MCP manifest, wherever they lie."""
+    """The plan is the workspace's own file; a fixture a .json file in fixtures/ itself; an output a .json or .html
+    under results/; a result no file of a nested repository's .git and no MCP manifest, wherever they lie."""
     before = workspace_files(workspace)
     with pytest.raises(WorkspaceError, match=f"{kind} write may not touch"):
         Workspace.at(workspace).write(kind, path, "{}")
