@@ -216,12 +216,12 @@ def test_a_tool_writes_nothing_it_did_not_declare(workspace):
 
 def test_apply_and_rollback_keep_the_plan_file_mode(workspace):
     plan = workspace / "kernel_plan.json"
-    plan.chmod(0o644)
+    plan.chmod(0o640)
     service.apply_candidate(service.Context.create(workspace, tool="apply_candidate"), "tensor_plan_iteration2_neighborhood_best",
                             dry_run=False)
-    assert stat.S_IMODE(plan.stat().st_mode) == 0o644
+    assert stat.S_IMODE(plan.stat().st_mode) == 0o640
     service.rollback(service.Context.create(workspace, tool="rollback"))
-    assert stat.S_IMODE(plan.stat().st_mode) == 0o644
+    assert stat.S_IMODE(plan.stat().st_mode) == 0o640
 
 
 HUGE = "x" * 5_000_000
