@@ -314,7 +314,7 @@ def _is_result(path: Path) -> bool:
 
 def check_name(name: str, what: str) -> str:
     """``name`` if it is a plain file name stem; :class:`WorkspaceError` otherwise."""
-    if not isinstance(name, str) or not NAME_PATTERN.match(name) or name in (".", ".."):
+    if not isinstance(name, str) or not NAME_PATTERN.match(name):
         raise WorkspaceError(f"{what} name {quoted(name)} is not allowed (letters, digits, '_', '-', '.'; no path)")
     return name
 
