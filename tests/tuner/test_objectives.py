@@ -18,7 +18,7 @@ import tuner
 from tuner.objectives import ObjectiveError, builtin
 from tuner.objectives.base import REASON_CHARS, as_float, brief, reason_group
 from tuner.objectives.builtin import BuiltinObjective
-from tuner.objectives.command import CommandObjective
+from tuner.objectives.command import CommandObjective, program_time, repeats_of
 from tuner.plan import KNOBS, encode
 from tuner.task.benchmark import benchmark_report
 from tuner.task.verifier import TOLERANCE
@@ -169,7 +169,6 @@ def test_a_search_that_ends_at_its_time_budget_runs_no_final_benchmark_after_it(
                        and all(row["plan"][k] == v for k, v in attempt1.items() if k != "block_m")}    # the history's, only
 
 
-
 def test_a_seed_whose_final_run_was_killed_at_a_shorter_timeout_is_unchecked_under_a_longer_one(workspace, tmp_path, attempt1):
     """The history's seeds take their authority value as every reader does: a final run killed at a shorter --timeout-s
     says only that it took longer, so under a longer limit the plan is a seed not yet checked there (it was dropped as
@@ -264,3 +263,15 @@ def test_a_failure_reason_is_shown_on_one_line_and_grouped_by_its_start():
 def test_a_value_read_from_outside_is_a_float_only_where_it_is_a_number(value, expected):
     got = as_float(value)
     assert got == expected if expected is not None else np.isnan(got)
+
+
+def test_an_objectives_name_says_how_many_runs_its_values_are_the_median_of():
+    assert repeats_of("command:0123456789ab") == ("command:0123456789ab", 1)
+    assert repeats_of("command:0123456789ab:median5") == ("command:0123456789ab", 5)
+
+
+@pytest.mark.parametrize(("stdout", "reason"), [('{"error": "too many registers"}', "too many registers"), ('{"error": ""}', "error")])
+def test_a_programs_error_is_its_reason_and_an_empty_one_still_says_error(stdout, reason):
+    with pytest.raises(ObjectiveError) as refused:
+        program_time("bench.py", f"compiling\n{stdout}\n", "")
+    assert str(refused.value) == reason
