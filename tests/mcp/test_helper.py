@@ -16,9 +16,11 @@ from mcp import Client, StdioServerParameters
 HELPER = ".harnessgym/runtime/mcp_call.py"
 
 
-def call(workspace, tool, arguments="{}", server="tensor-plan-server", timeout="600"):
-    out = subprocess.run([sys.executable, HELPER, "--server", server, "--tool", tool, "--arguments", arguments, "--timeout", timeout],
-                         cwd=workspace, capture_output=True, text=True, env=child_env(), timeout=600)
+def call(workspace, tool, arguments="{}", server="tensor-plan-server", timeout="600", cwd=None, env=None):
+    """The workspace's helper run from ``cwd`` (default: the workspace) with ``env`` added to the environment."""
+    out = subprocess.run([sys.executable, str(workspace / HELPER), "--server", server, "--tool", tool, "--arguments", arguments,
+                          "--timeout", timeout], cwd=cwd or workspace, capture_output=True, text=True, env=child_env() | (env or {}),
+                         timeout=600)
     return out.returncode, (json.loads(out.stdout) if out.stdout.strip() else None), out.stderr
 
 
@@ -56,12 +58,11 @@ def test_the_helper_called_from_another_folder_starts_the_server_of_its_workspac
     other = copy_workspace(tmp_path / "other")
     fixture = json.loads((other / "fixtures" / "tensor_plan_iteration2_neighborhood_best.json").read_text())
     (other / "kernel_plan.json").write_text(json.dumps(fixture["plan"]))             # faster than the workspace's own plan
-    helper = [sys.executable, str(workspace / HELPER), "--server", "tensor-plan-server", "--tool", "run_objective"]
     values = []
     for env in ({}, {"TENSOR_PLAN_WORKSPACE": str(other)}):
-        out = subprocess.run(helper, cwd=tmp_path, capture_output=True, text=True, env=child_env() | env, timeout=600)
-        assert out.returncode == 0, out.stderr
-        values.append(json.loads(out.stdout)["best_cycles"])
+        rc, result, err = call(workspace, "run_objective", cwd=tmp_path, env=env)
+        assert rc == 0, err
+        values.append(result["best_cycles"])
     assert values[1] < values[0] and len(telemetry(workspace)) == 2 and not (tmp_path / ".harnessgym").exists()
 
 
