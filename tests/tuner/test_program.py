@@ -485,6 +485,23 @@ def test_a_program_that_cannot_start_says_why_in_the_searchs_result(kernel, firs
     assert again["cached_failed"] == again["cached"] > 0                   # why it has no best: failures the history holds
 
 
+def test_a_script_whose_interpreter_is_no_program_is_told_so_not_to_add_the_first_line_it_has(kernel):
+    """The system cannot run a script whose ``#!`` names a file that is neither a binary nor a script with its own
+    first line (the same error as a script with no ``#!``): the reason names that interpreter."""
+    interpreter, script = kernel / "interpreter", kernel / "bench.sh"
+    interpreter.write_text("echo not a program\n")
+    script.write_text(f"#!{interpreter}\necho 2.5\n")
+    for path in (interpreter, script):
+        path.chmod(0o755)
+    objective = ProgramObjective(kernel, ["bench.sh"], space_from_t1(T1))
+    try:
+        result = objective.evaluate(objective.space.encode(CONFIG)[None], "time")
+    finally:
+        objective.close()
+    assert result.reasons == [f"bench.sh cannot be started: the interpreter its first line names, {str(interpreter)!r}, "
+                              "is not a program the system can run (Exec format error)"], result.reasons
+
+
 def test_a_kernel_tuner_cache_gives_the_program_its_space(kernel):
     toy_cache(kernel, {(32, 1): 1.0}, name="earlier.json.gz")       # tune_params: bx 32, 64, 128; tile 1, 2
     (kernel / "bench.py").write_text("import json, sys\nc = json.load(sys.stdin)\nprint(c['bx'] / c['tile'])\n")

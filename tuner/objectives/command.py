@@ -81,15 +81,18 @@ def _tail(stderr: str, lead: str, limit: int) -> str:
 
 def _why_not_started(program: Path, exc: OSError) -> str:
     """Why ``program`` did not start, in the operator's terms: the system's reason, and for a script that exists,
-    what in its first line the system could not run (an interpreter that is not there, a Windows line end)."""
+    what in its first line the system could not run (an interpreter that is not there or is no program, a Windows line
+    end) or that it lacks one."""
     try:
         with program.open("rb") as file:                  # a compiled benchmark may be large: its first line is enough
             first = file.read(200).partition(b"\n")[0]
     except OSError:
         first = b""
-    if exc.errno == errno.ENOENT and first.startswith(b"#!"):
-        return f"the interpreter its first line names, {first[2:].strip(b' ').decode('utf-8', 'replace')!r}, does not exist"
-    if exc.errno == errno.ENOEXEC and not first.startswith(b"#!"):
+    interpreter = first[2:].strip(b" ").decode("utf-8", "replace") if first.startswith(b"#!") else None
+    if interpreter is not None and exc.errno in (errno.ENOENT, errno.ENOEXEC):
+        why = "does not exist" if exc.errno == errno.ENOENT else f"is not a program the system can run ({exc.strerror})"
+        return f"the interpreter its first line names, {interpreter!r}, {why}"
+    if exc.errno == errno.ENOEXEC:
         return f"{exc.strerror} (an executable script needs a first line such as #!/bin/sh)"
     return str(exc.strerror or exc)
 
