@@ -99,6 +99,26 @@ def test_a_benchmark_whose_json_lies_is_a_failed_evaluation_not_a_crash(workspac
     assert result.samples[4] == [100.0, 100.0] and result.samples[0] == []
 
 
+DISAGREEING = """import json, os
+n = int(open("count").read()) + 1 if os.path.exists("count") else 1     # this run's number, in the private copy
+open("count", "w").write(str(n))
+print(json.dumps({"best_cycles": 100 * n, "correct": n != 2, "max_abs": [1e-5, 3e-4, 2e-5][n - 1]}))
+"""
+
+
+def test_a_plan_whose_repeated_runs_disagree_is_as_correct_as_its_worst_run(workspace, attempt1):
+    """Of three runs of one plan, the second is wrong: the plan is incorrect, its error is the largest of the three and
+    its value is the median of their values."""
+    (workspace / "benchmark.py").write_text(DISAGREEING)
+    objective = CommandObjective(workspace, repeats=3)
+    try:
+        result = objective.evaluate(encode(attempt1)[None], "dev")
+    finally:
+        objective.close()
+    assert result.samples == [[100.0, 200.0, 300.0]] and result.cycles[0] == 200
+    assert not result.correct[0] and result.max_abs[0] == 3e-4 and result.reasons == [None]
+
+
 CHATTY = """import json
 plan = json.load(open("kernel_plan.json"))
 report = {"best_cycles": plan["block_m"], "correct": True, "max_abs": 0.0}
