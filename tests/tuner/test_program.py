@@ -350,17 +350,19 @@ def test_two_workers_sweeping_a_program_run_each_configuration_once(kernel, tmp_
 
 
 def test_a_program_is_not_run_again_on_what_it_measured_under_another_space_of_the_same_knobs(kernel, tmp_path):
-    """A real run can take minutes: a space that gains a value (here in front, so every position moves), loses one or
-    changes its restrictions reuses every measurement of the program its configurations hold, of those its restrictions
-    allow (the others were the seeds of its searches). Other knob names, or another program, measure again."""
+    """A real run can take minutes: a space that gains a value (here in front, so every position moves), loses one,
+    lists its knobs in another order or changes its restrictions reuses every measurement of the program its
+    configurations hold, of those its restrictions allow (the others were the seeds of its searches). Other knob names,
+    or another program, measure again."""
     log = tmp_path / "runs.log"
     (kernel / "bench.py").write_text(f"import json, sys\nc = json.load(sys.stdin)\nopen({str(log)!r}, 'a').write(json.dumps(c) + '\\n')\n"
                                      "bx, tile = c.values()\n"                     # whatever the second knob is named
                                      "print(json.dumps({'time': abs(bx - 96) / 32 + tile}) if bx != 32 else 'oops')\n")
 
-    def sweep(bx: list[int], tile: list[int], restriction: str = "True", knob: str = "tile") -> tuple[dict, str, list[dict]]:
+    def sweep(bx: list[int], tile: list[int], restriction: str = "True", knob: str = "tile",
+              order: slice = slice(None)) -> tuple[dict, str, list[dict]]:
         (kernel / "grid.t1.json").write_text(json.dumps({"ConfigurationSpace": {
-            "TuningParameters": [{"Name": "bx", "Values": bx}, {"Name": knob, "Values": tile}],
+            "TuningParameters": [{"Name": "bx", "Values": bx}, {"Name": knob, "Values": tile}][order],
             "Conditions": [{"Expression": restriction.replace("tile", knob)}]}}))
         runs = len(log.read_text().splitlines()) if log.exists() else 0
         out = _tuner(kernel, "--objective", "command:bench.py", "--space", "grid.t1.json", "--json",
@@ -384,6 +386,8 @@ def test_a_program_is_not_run_again_on_what_it_measured_under_another_space_of_t
     assert sorted(seeds, key=str) == [{"bx": 64, "tile": 1}, {"bx": 64, "tile": 2}, {"bx": 96, "tile": 1}], seeds
     _, said, ran = sweep([64, 96], [2, 1], "bx * tile <= 128")        # the same space: nothing carried over twice
     assert ran == [] and "under another space" not in said
+    _, said, ran = sweep([64, 96], [2, 1], "bx * tile <= 128", order=slice(None, None, -1))     # tile listed first
+    assert ran == [] and "the history holds 3 measurements" in said
     _, _, ran = sweep([64, 96], [1, 2], knob="tiles")                 # other knobs: another kernel's measurements
     assert len(ran) == 4
 
