@@ -216,9 +216,16 @@ NOISY = ("import json, os, sys\nc = json.load(sys.stdin)\n"                     
 
 
 def test_a_noisy_program_is_valued_by_the_median_of_its_runs(kernel):
+    """... and its report (``run_objective``'s) shows every run."""
     (kernel / "bench.py").write_text(NOISY)
     result = _measured(kernel, repeats=3)
     assert result.samples == [[73.0, 65.0, 64.0]] and result.cycles[0] == 65.0
+    objective = ProgramObjective(kernel, ["bench.py"], space_from_t1(T1), repeats=3)
+    try:
+        report = objective.report(CONFIG)
+    finally:
+        objective.close()
+    assert report["samples"] == [73.0, 65.0, 64.0] and report["time_ms"] == 65.0
 
 
 def test_a_noisy_programs_study_exports_every_measurement_of_each_configuration(kernel):
