@@ -179,7 +179,7 @@ def test_failures_beyond_the_drawn_reasons_are_one_bar():
 def test_the_figure_data_leaves_out_what_its_figure_cannot_draw(iteration2):
     """The marginals summarise correct values only (a lower value that failed the check is no best); the scatter draws
     plans with a value in both modes (a log axis has no place for a failure); the noise, configurations run more than
-    once; the failures, the most frequent reason first, ties by name; the trace, plans that ran."""
+    once, each time with a positive value; the failures, the most frequent reason first, ties by name; the trace, plans that ran."""
     class Held:
         def sample(self, objective, mode, limit):
             return [Row("a", 1.0, False, None, np.array([0])), Row("b", 4.0, True, None, np.array([0])),
@@ -190,7 +190,7 @@ def test_the_figure_data_leaves_out_what_its_figure_cannot_draw(iteration2):
             return [(1.0, True, 2.0, True), (3.0, True, None, False), (None, False, 5.0, True), (4.0, True, 6.0, False)]
 
         def samples(self, objective):
-            return {"a": [1.0, 1.2], "b": [2.0]}
+            return {"a": [1.0, 1.2], "b": [2.0], "c": [0.0, 1.0], "d": ["fast", 1.0]}    # c, d: a history written by hand
 
         def failures(self, objective, mode):
             return 9, {"h1": (None, "c"), "h2": (None, "b"), "h3": (None, "a"), "h4": (None, "b"), "h5": (2.0, None)}
