@@ -283,18 +283,20 @@ def test_worker_environments_and_combined_results():
             slot_environments(2, [bad])
     top = [{"plan_hash": "b", "dev": 5, "correct": True}, {"plan_hash": "a", "dev": 7, "correct": True}]
     result = combine([{"study": "s", "strategy": "quick", "target": "space", "evaluations": 9, "new_evaluations": 4, "stopped": "x",
-                       "top": top, "failed": 2, "failure_reasons": {"infeasible": 2}, "cached_failed": 1, "cached": 3, "seconds": 2.5},
+                       "top": top, "failed": 4, "failure_reasons": {"infeasible": 2, "c": 2}, "cached_failed": 1, "cached": 3,
+                       "seconds": 2.5},
                       {"study": "s", "strategy": "quick", "target": "space", "evaluations": 10, "new_evaluations": 6, "stopped": "y",
-                       "top": [{"plan_hash": "c", "dev": 3, "correct": False}, top[1],
+                       "top": [{"plan_hash": "c", "dev": 3, "correct": False}, top[1], {"plan_hash": "ab", "dev": 5, "correct": True},
                                {"plan_hash": "d", "dev": 9, "correct": True, "final": 20, "final_correct": True}],
-                       "failed": 5, "failure_reasons": {"a": 1, "b": 1, "infeasible": 3}, "cached_failed": 2, "cached": 4, "seconds": 2.0},
+                       "failed": 7, "failure_reasons": {"a": 3, "b": 1, "infeasible": 3}, "cached_failed": 2, "cached": 4, "seconds": 2.0},
                       None], [0, 0, 1], "dev")
     assert result["evaluations"] == 10 and result["new_evaluations"] == 10 and "optimum" not in result
     assert (result["mode"], result["cached"], result["seconds"]) == ("dev", 7, 2.5)      # the longest worker's seconds
     assert (result["target"], result["stopped"]) == ("space", "x; y")          # each worker's reason, once
-    assert result["failed"] == 7 and result["failure_reasons"] == {"infeasible": 5, "a": 1, "b": 1} and result["cached_failed"] == 3
-    assert [e["plan_hash"] for e in result["top"]] == ["d", "b", "a", "c"] and result["per_worker"][2] == {   # checked first
-        "slot": 2, "exit": 1, "new_evaluations": None, "stopped": None}
+    assert result["failed"] == 11 and result["cached_failed"] == 3
+    assert result["failure_reasons"] == {"infeasible": 5, "a": 3, "c": 2}         # the three most common, as a search's
+    assert [e["plan_hash"] for e in result["top"]] == ["d", "ab", "b", "a", "c"]    # checked first; a tie by plan hash
+    assert result["per_worker"][2] == {"slot": 2, "exit": 1, "new_evaluations": None, "stopped": None}
     replayed = [{"study": "s", "strategy": "quick", "target": "space", "evaluations": 5, "new_evaluations": n, "stopped": "x",
                  "top": [{"plan_hash": h, "time": t, "correct": True}], "failed": 0, "failure_reasons": {}, "cached_failed": 0,
                  "cached": 0, "seconds": 1.0, "optimum": 2.0} for n, h, t in ((2, "e", 4.0), (3, "f", 2.5))]
