@@ -94,6 +94,14 @@ def test_report_of_a_cache_leaves_out_what_does_not_apply(tmp_path):
     ctx.close()
 
 
+def test_a_caches_optimum_is_drawn_across_every_study_and_labelled_on_the_value_axis():
+    info = {"convergence": [{"study": "a", "evaluations": [1, 4], "best": [9.0, 5.0]},
+                            {"study": "b", "evaluations": [2, 30], "best": [8.0, 3.0]}]}
+    drawn = report.figures(info, "ms", optimum=2.0)[0][1]
+    assert [(list(t.x), list(t.y)) for t in drawn.data if t.name.startswith("the cache's optimum")] == [([1, 30], [2.0, 2.0])]
+    assert list(drawn.layout.yaxis.tickvals) == [2, 3, 5, 7]                  # from the optimum up, not from the best found
+
+
 @pytest.mark.parametrize(("tune_params", "sections"), [
     ({"bx": [32], "tile": [1]}, ["convergence"]),                        # one configuration: nothing varies
     ({"bx": [32, 64], "tile": [1]}, ["convergence", "marginals"]),       # two: too few trials to fit importance
