@@ -274,6 +274,21 @@ def test_a_caches_convergence_is_drawn_against_its_optimum_in_headless_chromium(
     assert studies and low <= np.log10(optimum) and np.log10(max(studies)) <= high <= np.log10(max(studies)) + 1
 
 
+def test_each_figure_draws_its_data_where_a_reader_looks_for_it():
+    """The most important knob and the most frequent failure on top (a horizontal bar chart draws its first category at
+    the bottom); correct and incorrect plans as two series; a section with nothing to draw left out; plotly.js embedded
+    once however many figures; a page with no figure says why."""
+    info = {"importance": {"study": "s", "evaluations": 40, "knobs": {"a": 0.7, "b": 0.3}},
+            "failures": {"scored": 9, "failed": 4, "explained": 4, "reasons": {"x": 3, "y": 1}},
+            "scatter": {"dev": [1.0, 2.0, 3.0], "final": [1.5, 2.5, 3.5], "correct": [True, False, True]}}
+    importance, failures, scatter = (fig for _, fig in report.figures(info, "cycles"))
+    assert list(importance.data[0].y) == ["b", "a"] and list(failures.data[0].y) == ["y", "x"]
+    assert [(t.name, list(t.x)) for t in scatter.data] == [("correct in both modes", [1.0, 3.0]), ("incorrect", [2.0])]
+    assert report.figures({"scatter": {"dev": [], "final": [], "correct": []}}, "cycles") == []
+    assert report.page("t", info, "cycles").count("window.PlotlyConfig") == 1
+    assert "<p>The history holds no scored plans of this objective yet.</p>" in report.page("t", {}, "cycles")
+
+
 def test_a_log_axis_is_labelled_with_round_numbers_written_out():
     assert report.log_ticks([5.66, 50.1, 9.9]) == {"tickvals": [7, 10, 15, 20, 30, 50], "ticktext": ["7", "10", "15", "20", "30", "50"]}
     assert report.log_ticks([178866, 2.3e6])["ticktext"] == ["200k", "500k", "1M", "2M"]
