@@ -128,6 +128,7 @@ class LocalSearchResult(SearchResult):
 
 class ExhaustiveSearchResult(SearchResult):
     profile: str
+    profile_description: str = Field(description="what the profile file says it holds (empty where it says nothing)")
     profile_size: int
 
 

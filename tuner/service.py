@@ -480,7 +480,7 @@ def bounded_exhaustive_search(ctx: Context, profile: str, max_evals: int | None 
     if max_evals is None and time_s is None and prof.size > LARGE_SWEEP:
         _log(ctx, f"sweeping all {prof.size:,} configurations of profile {profile!r}, with no evaluation or time budget: "
                   "an interrupt stops it and keeps the progress, and the same command resumes it")
-    return {"profile": profile, "profile_size": prof.size, **_search(ctx, spec)}
+    return {"profile": profile, "profile_description": prof.description, "profile_size": prof.size, **_search(ctx, spec)}
 
 
 def search_plans(ctx: Context, strategy: str = "quick", max_evals: int = 500, time_s: float | None = None, seed: int = 0,

@@ -520,7 +520,8 @@ def test_a_kernel_tuner_cache_gives_the_program_its_space(kernel):
                  "--profile", "all")
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert result["profile_size"] == 6 and result["best"]["plan"] == {"bx": 32, "tile": 2} and result["best"]["time"] == 16
+    assert (result["profile_description"], result["profile_size"]) == ("every value of every knob", 6)
+    assert result["best"]["plan"] == {"bx": 32, "tile": 2} and result["best"]["time"] == 16
 
 
 @pytest.mark.parametrize(("objective", "space", "message"), [

@@ -104,7 +104,7 @@ def test_exhaustive_finds_the_true_optimum_of_a_small_profile(workspace, ctx, it
     objective = BuiltinObjective()
     evaluated = objective.evaluate(idx, "dev")
     values = np.where(evaluated.correct, evaluated.cycles, np.inf)
-    assert result["profile_size"] == 108 and result["evaluations"] == 108
+    assert (result["profile_description"], result["profile_size"], result["evaluations"]) == ("108 plans", 108, 108)
     assert result["best"]["dev"] == values.min()
     assert said[-1] == f"best {int(values.min()):,}"                # the progress says it as the summaries do: best 178,866
     assert result["best"]["final_correct"] is True and result["best"]["final"] > 0
