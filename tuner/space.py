@@ -622,6 +622,12 @@ def _folders(folders: tuple[Path | None, ...]) -> list[Path]:
     return [f for f in folders if f is not None and f.is_dir()]
 
 
+def _a_profile_file(path: Path) -> bool:
+    """Whether ``path`` is a file of its folder: a link that leads out of the folder is none (nothing elsewhere is read
+    through it)."""
+    return path.is_file() and path.resolve().is_relative_to(path.parent.resolve())
+
+
 def _of_another_space(path: Path, space: Space) -> bool:
     """Whether a profile file reads as one that lists knobs other than ``space``'s (a profile of another problem)."""
     try:
@@ -636,7 +642,7 @@ def profile_names(space: Space, *folders: Path | None) -> list[str]:
     """Names of the profiles of ``space`` in ``folders`` (``WHOLE_SPACE`` is always one); profiles that list another
     space's knobs, such as the tensor plan's beside a cache, are left out."""
     return sorted({WHOLE_SPACE} | {p.stem for folder in _folders(folders) for p in folder.glob("*.json")
-                                   if not _of_another_space(p, space)})
+                                   if _a_profile_file(p) and not _of_another_space(p, space)})
 
 
 def load_profile(name: str, space: Space, *folders: Path | None) -> Profile:
@@ -650,8 +656,8 @@ def load_profile(name: str, space: Space, *folders: Path | None) -> Profile:
         raise ProfileError(f"{exc}; known profiles: {known()}") from None
     if name == WHOLE_SPACE:
         return Profile(name, "every value of every knob", tuple(tuple(range(k.size)) for k in space.knobs))
-    path = next((folder / f"{name}.json" for folder in _folders(folders) if (folder / f"{name}.json").is_file()), None)
-    if path is None or not path.resolve().is_relative_to(path.parent.resolve()):
+    path = next((folder / f"{name}.json" for folder in _folders(folders) if _a_profile_file(folder / f"{name}.json")), None)
+    if path is None:
         raise ProfileError(f"unknown profile {name!r}; known profiles: {known()}")
     try:
         data = read_json(path, "profile", shown=path.name)

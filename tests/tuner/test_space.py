@@ -62,6 +62,23 @@ def test_a_user_adds_a_profile_by_adding_a_file(tmp_path, iteration2):
     assert load_profile("tiny", SPACE, tmp_path).size == 9
 
 
+def test_a_profile_is_read_from_the_first_folder_that_holds_it_and_never_through_a_link_out_of_it(tmp_path, iteration2):
+    """The workspace's ``studies/`` comes before the package's profiles, so a user's file of a shipped name replaces it
+    there. A link that leads out of its folder is no profile: not listed, not read."""
+    knobs = {k: [v] for k, v in iteration2.items()}
+    first, second = tmp_path / "first", tmp_path / "second"
+    for folder, size in ((first, 2), (second, 3)):
+        folder.mkdir()
+        (folder / "tiny.json").write_text(json.dumps({"knobs": knobs | {"block_m": [32, 48, 64][:size]}}))
+    assert load_profile("tiny", SPACE, first, second).size == 2 and load_profile("tiny", SPACE, second, first).size == 3
+    (first / "elsewhere.json").symlink_to(second / "tiny.json")
+    (first / "here.json").symlink_to("tiny.json")
+    assert profile_names(SPACE, first) == ["all", "here", "tiny"]
+    with pytest.raises(ProfileError, match=r"^unknown profile 'elsewhere'; known profiles: all, here, tiny$"):
+        load_profile("elsewhere", SPACE, first)
+    assert load_profile("here", SPACE, first).size == 2
+
+
 def test_profiles_of_another_space_are_not_offered_but_unreadable_ones_are(tmp_path, iteration2):
     """Beside a cache of two knobs, the tensor plan's profiles are not its profiles; one that cannot be read is
     still listed, so that asking for it says what is wrong with it."""
