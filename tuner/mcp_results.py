@@ -128,7 +128,7 @@ class LocalSearchResult(SearchResult):
 
 class ExhaustiveSearchResult(SearchResult):
     profile: str
-    profile_description: str = Field(description="what the profile file says it holds (empty where it says nothing)")
+    profile_description: str = Field(description="what the profile holds, as its file describes it (empty where the file does not)")
     profile_size: int
 
 

@@ -640,7 +640,7 @@ def _of_another_space(path: Path, space: Space) -> bool:
 
 def profile_names(space: Space, *folders: Path | None) -> list[str]:
     """Names of the profiles of ``space`` in ``folders`` (``WHOLE_SPACE`` is always one); profiles that list another
-    space's knobs, such as the tensor plan's beside a cache, are left out."""
+    space's knobs, such as the tensor plan's beside a cache, and links out of their folder are left out."""
     return sorted({WHOLE_SPACE} | {p.stem for folder in _folders(folders) for p in folder.glob("*.json")
                                    if _a_profile_file(p) and not _of_another_space(p, space)})
 
