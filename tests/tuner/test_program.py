@@ -216,7 +216,7 @@ NOISY = ("import json, os, sys\nc = json.load(sys.stdin)\n"                     
 
 
 def test_a_noisy_program_is_valued_by_the_median_of_its_runs(kernel):
-    """... and its report (``run_objective``'s) shows every run."""
+    """Its value is the median of its runs, and its report (``run_objective``'s) shows every run."""
     (kernel / "bench.py").write_text(NOISY)
     result = _measured(kernel, repeats=3)
     assert result.samples == [[73.0, 65.0, 64.0]] and result.cycles[0] == 65.0
