@@ -17,13 +17,15 @@ import time
 
 import numpy as np
 import pytest
-from conftest import ROOT, until
+from conftest import ROOT, toy_cache, until
 from sqlalchemy import text
 
 from tuner import BLAS_THREADS
 from tuner.claims import Worker, audit
 from tuner.history import OUTAGE_S, WORKERS, History, Row, TrialRecord
+from tuner.objectives.cache import CacheObjective
 from tuner.plan import SPACE
+from tuner.search import Search, Spec
 from tuner.workers import WorkersError, combine, exit_status, slot_environments
 
 PROFILE_SIZE = 1_814_400                                    # iteration3_dev_core
@@ -50,6 +52,17 @@ def test_a_plan_is_granted_once_and_the_study_budget_is_shared(tmp_path):
     taken = b.claim([("plan:y", 1, [1])], budget=3)
     assert taken.granted == ["plan:y"] and b.evaluations == 3                 # a left worker's claim, not counted again
     b.leave()
+    history.close()
+
+
+def test_a_studys_first_worker_searches_with_its_seed_and_every_other_with_a_stream_of_its_own(tmp_path):
+    """So that a search resumed alone repeats its proposals, and workers side by side do not all propose the same."""
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    objective = CacheObjective(toy_cache(tmp_path, {(32, 1): 1.0}))
+    searches = [Search(history, objective, Spec(strategy="quick", mode="time", seed=7)) for _ in range(3)]
+    assert searches[0].seed == 7 and len({s.seed for s in searches}) == 3
+    for search in searches:
+        search.close()
     history.close()
 
 
