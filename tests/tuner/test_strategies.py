@@ -125,7 +125,7 @@ def test_exhaustive_ranks_no_incorrect_plan_among_its_finalists(workspace, ctx, 
     assert not scored.correct[softmax.index("approx_poly")] and scored.correct.sum() == 3    # runs, but fails the verifier
     result = service.bounded_exhaustive_search(ctx, "softmax")
     assert sorted(row["plan"]["softmax"] for row in result["top"]) == sorted(set(softmax) - {"approx_poly"})
-    assert all(row["correct"] for row in result["top"])
+    assert all(row["correct"] for row in result["top"]) and result["failure_reasons"] == {"incorrect": 1}
 
 
 def test_exhaustive_breaks_ties_by_position_in_the_profile_and_says_each_range(tmp_path, monkeypatch):
