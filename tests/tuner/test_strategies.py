@@ -112,9 +112,11 @@ def test_exhaustive_finds_the_true_optimum_of_a_small_profile(workspace, ctx, it
     assert again["new_evaluations"] == 0 and again["best"]["plan_hash"] == result["best"]["plan_hash"]
 
 
-def test_exhaustive_ranks_no_incorrect_plan_among_its_finalists(workspace, ctx, monkeypatch):
-    """The fast path scores values only: a plan that runs but fails the verifier is a finalist until it is checked."""
-    monkeypatch.setattr(exhaustive, "DEAR_BELOW", 0.0)          # the fast path after the first range, however slow this machine
+@pytest.mark.parametrize("dear_below", [0.0, np.inf])
+def test_exhaustive_ranks_no_incorrect_plan_among_its_finalists(workspace, ctx, monkeypatch, dear_below):
+    """The fast path scores values only: a plan that runs but fails the verifier is a finalist until it is checked. On
+    either path it is counted as incorrect, and is never among the best."""
+    monkeypatch.setattr(exhaustive, "DEAR_BELOW", dear_below)   # the fast path after the first range, or the dear one
     plan = {"q_layout": "swizzled_mn", "k_layout": "blocked", "v_layout": "blocked", "o_layout": "streamed", "block_m": 64,
             "block_n": 32, "block_k": 96, "num_warps": 8, "vector_width": 16, "accum": "pairwise", "softmax": "approx_poly",
             "schedule": "static", "dma_stages": 2, "prefetch_distance": 3, "dma_burst": 256, "split_k": 1, "swizzle": "xor",
