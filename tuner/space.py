@@ -656,7 +656,7 @@ def load_profile(name: str, space: Space, *folders: Path | None) -> Profile:
         raise ProfileError(f"{exc}; known profiles: {known()}") from None
     if name == WHOLE_SPACE:
         return Profile(name, "every value of every knob", tuple(tuple(range(k.size)) for k in space.knobs))
-    path = next((folder / f"{name}.json" for folder in _folders(folders) if _a_profile_file(folder / f"{name}.json")), None)
+    path = next((p for p in (folder / f"{name}.json" for folder in _folders(folders)) if _a_profile_file(p)), None)
     if path is None:
         raise ProfileError(f"unknown profile {name!r}; known profiles: {known()}")
     try:
