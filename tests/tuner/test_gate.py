@@ -188,6 +188,21 @@ def test_repeated_measurements_give_the_median_correct_only_if_every_run_is_and_
     assert report["significance"]["mode"] == "final"                   # two runs each are enough for the test
 
 
+def test_a_candidate_must_run_in_every_mode_and_any_that_does_improves_on_a_plan_that_cannot_run(iteration2, tmp_path):
+    """A candidate that cannot run in one mode fails for that alone (its missing value is compared with nothing); one
+    that runs correct in every mode replaces a current plan that cannot run (a cache that never measured it, say)."""
+    workspace, fast, slow = Workspace.at(tmp_path), (150.0, True, 1e-5, None), (900.0, True, 1e-5, None)
+    unrunnable = (np.inf, False, np.nan, "no scratchpad")
+    current = {mode: {"best_cycles": 200, "correct": True, "max_abs": 1e-5} for mode in ("dev", "final")}
+    for runs, mode in (([fast, unrunnable], "final"), ([unrunnable, fast], "dev")):
+        report = gate.gate(_Runs(runs), workspace, iteration2, measured=(iteration2, current))
+        assert not report["passed"] and report["reasons"] == [f"infeasible ({mode}): no scratchpad"]
+    cannot_run = {mode: {"best_cycles": None, "correct": False, "max_abs": None} for mode in ("dev", "final")}
+    report = gate.gate(_Runs([fast, slow]), workspace, iteration2, measured=(iteration2, cannot_run))
+    assert report["passed"] and report["reasons"] == []
+    assert report["candidate"]["dev"] == {"best_cycles": 150, "correct": True, "max_abs": 1e-5}    # one run: no samples
+
+
 def test_the_gate_says_why_a_plan_cannot_run(ctx):
     plan = service.validate_plan(ctx, "tensor_plan_iteration2_neighborhood_best")["plan"]
     unrunnable = dict(plan, block_m=128, block_n=128, block_k=128, dma_stages=4, scratchpad_kb=48)
