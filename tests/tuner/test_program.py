@@ -23,7 +23,7 @@ from tuner import service
 from tuner.history import History, Row
 from tuner.objectives import Evaluations
 from tuner.objectives.base import RULED_OUT
-from tuner.objectives.command import ProgramObjective
+from tuner.objectives.command import REAPER, ProgramObjective
 from tuner.search import Search, Spec
 from tuner.space import space_from_t1
 
@@ -164,7 +164,7 @@ print(2.5)
 """
 PROBE = """import json, resource
 from tuner.objectives import Evaluations
-from tuner.objectives.command import ProgramObjective
+from tuner.objectives.command import REAPER, ProgramObjective
 from tuner.space import space_from_t1
 objective = ProgramObjective({ws!r}, ["bench.py"], space_from_t1({t1!r}))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
@@ -944,6 +944,29 @@ def test_an_objective_left_open_at_the_interpreters_exit_says_nothing_and_leaves
     assert out.returncode == 0 and out.stderr == "", out.stderr
     reaper, copy = out.stdout.split()
     assert _ended(int(reaper)) and not Path(copy).exists()
+
+
+def test_the_reaper_kills_the_runs_still_going_and_no_other_and_removes_the_copies(tmp_path):
+    """At the end of its pipe the reaper kills each run's group that was not said to be done (a group gone already is no
+    error) and leaves a done one's alone (its number may be another process's by then), and removes every copy (one
+    removed already is no error)."""
+    def started(code: str) -> subprocess.Popen[bytes]:
+        return subprocess.Popen([sys.executable, "-c", code], start_new_session=True)
+
+    done, going, gone = started("import time; time.sleep(600)"), started("import time; time.sleep(600)"), started("")
+    gone.wait()
+    copy = tmp_path / "copy"
+    (copy / "folder").mkdir(parents=True)
+    (copy / "folder" / "file").write_text("x")
+    told = f"run {gone.pid}\nrun {done.pid}\ndone {done.pid}\nrun {going.pid}\ncopy {copy}\ncopy {tmp_path / 'removed'}\n"
+    try:
+        reaper = subprocess.run([sys.executable, str(REAPER)], input=told, capture_output=True, text=True, timeout=120)
+        assert reaper.returncode == 0 and reaper.stderr == "", reaper.stderr
+        assert going.wait(timeout=120) == -signal.SIGKILL and done.poll() is None and not copy.exists()
+    finally:
+        for process in (done, going):
+            process.kill()
+            process.wait()
 
 
 KILLED_AT = 12                      # a run inside a local search's step, after others of it
