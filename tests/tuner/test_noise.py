@@ -52,6 +52,23 @@ def test_a_summary_is_the_same_for_the_same_samples_and_none_where_a_measurement
         assert noise.summary(failed) == {"samples": 3, "median": None, "spread": None, "low": None, "high": None}
 
 
+def test_an_interval_leaves_out_half_the_rest_of_the_confidence_at_each_end():
+    """Resampled, the median of 1, 2, 3 is 1 or 3 with probability 7/27 each: a 60% interval leaves out 20% at each end,
+    less than either holds, so it spans [1, 3] (leaving out 40% at each end would give [2, 2])."""
+    summary = noise.summary([1.0, 2.0, 3.0], confidence=0.6)
+    assert (summary["low"], summary["high"]) == (1.0, 3.0)
+    ratio = noise.compare([1.0, 2.0, 3.0], [1.0, 1.0, 1.0], confidence=0.6)
+    assert (ratio.low, ratio.high, ratio.ratio) == (1.0, 3.0, 2.0)
+
+
+def test_equal_samples_are_not_better_and_no_samples_have_no_summary():
+    assert not noise.compare([5.0] * 3, [5.0] * 3).better          # a tie is no gain, though the interval ends at 1
+    assert noise.summary([]) == {"samples": 0, "median": None, "spread": None, "low": None, "high": None}
+    for empty in (([], [1.0]), ([1.0], [])):
+        with pytest.raises(ValueError, match="finite samples of both plans"):
+            noise.compare(*empty)
+
+
 def test_noisy_gate_applies_significant_gains_and_never_a_worse_final(workspace, iteration2):
     """3% multiplicative noise, K=5, 200 seeded trials each: a 10%-better final applies in at least 95% of trials;
     a final 2-20% worse (noise-free) never does."""
