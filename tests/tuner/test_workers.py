@@ -66,6 +66,23 @@ def test_a_studys_first_worker_searches_with_its_seed_and_every_other_with_a_str
     history.close()
 
 
+def test_a_search_takes_the_fastest_evaluation_its_study_holds_as_its_best_not_the_first(tmp_path):
+    """A resumed search (and a worker beside others) learns its study's evaluations in the order they came; its best,
+    where `quick`'s last climb and `focused` start, is the fastest of them."""
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    objective = CacheObjective(toy_cache(tmp_path, {(32, 1): 3.0, (64, 1): 1.0, (128, 1): 2.0}))
+    spec = Spec(strategy="quick", mode="time", seed=7)
+    first = Search(history, objective, spec)
+    first.evaluate(np.array([objective.space.encode({"bx": bx, "tile": 1}) for bx in (32, 64, 128)]))
+    first.flush()
+    first.close()
+    resumed = Search(history, objective, spec)
+    assert resumed.best is not None and resumed.best.value == 1.0
+    assert objective.space.decode(resumed.best.idx) == {"bx": 64, "tile": 1}
+    resumed.close()
+    history.close()
+
+
 def test_a_claim_is_granted_again_to_its_holder_and_a_taken_over_one_is_held_by_its_taker(tmp_path):
     """A worker that asks again for what it holds (the commit of its claim was lost to an outage, so it retried) gets it,
     counted once; one that takes over a left worker's claim holds it from then on, so that a third does not take it
