@@ -413,6 +413,27 @@ def test_a_database_of_another_tools_optuna_studies_reads_as_an_empty_history_an
     assert json.loads(out.stdout)["sections"] and not History(f"sqlite:///{database}", read_only=True).study_names()
 
 
+def test_an_incorrect_plans_failed_trial_shows_the_cycles_it_ran_in_and_its_error(tmp_path, iteration2):
+    """The dashboard shows a failed trial without a value: one for a plan that ran but failed the verifier keeps what it
+    measured among its user attributes, so a person sees how fast it would have been and by how much it missed."""
+    from tuner.objectives.builtin import BuiltinObjective
+    from tuner.search import Search, Spec
+    from tuner.task.benchmark import benchmark_report
+
+    plan = dict(iteration2, accum="sequential", softmax="approx_poly", scratchpad_kb=128)     # fast, and wrong on final
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    search = Search(history, BuiltinObjective(), Spec(strategy="quick", mode="final", seed=0))
+    search.evaluate(encode(plan)[None])
+    search.flush()
+    search.close()
+    (trial,) = history.trials(search.name)
+    report = benchmark_report(plan, "final", trace=False)
+    assert not report["correct"] and trial.state == optuna.trial.TrialState.FAIL and trial.value is None
+    assert trial.user_attrs == {"cached": False, "correct": False, "cycles": report["best_cycles"], "max_abs": report["max_abs"],
+                                "plan_hash": plan_hash(plan)}
+    history.close()
+
+
 def test_a_long_run_thins_its_trials_for_the_dashboard_and_resumes_exactly(workspace, monkeypatch):
     from tuner import search as search_module
     from tuner import service
