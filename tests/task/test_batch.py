@@ -32,3 +32,4 @@ def test_batch_is_independent_of_chunking_and_order(iteration2, baseline):
     shuffled = rng.permutation(len(idx))
     assert np.array_equal(score_batch(idx[shuffled], "dev"), whole[shuffled])
     assert np.array_equal(score_batch(idx[:1], "dev"), whole[:1])
+    assert score_batch(idx[:0], "dev").shape == (0,)                  # an empty batch scores nothing

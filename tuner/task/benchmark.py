@@ -20,7 +20,7 @@ from tuner.task.verifier import TOLERANCE, verify
 
 def score_batch(idx: np.ndarray, mode: str) -> np.ndarray:
     """``best_cycles`` per plan (float64: the sum of whole case cycles; ``inf`` where infeasible)."""
-    return np.round(suite_cycles(idx, suite(mode))).sum(axis=1) if len(idx) else np.zeros(0)
+    return np.round(suite_cycles(idx, suite(mode))).sum(axis=1)
 
 
 def infeasibility(plan: Plan, mode: str) -> str | None:
