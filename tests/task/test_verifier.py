@@ -38,6 +38,16 @@ def _plan(name):
     return json.loads((ROOT / "fixtures" / f"{name}.json").read_text())["plan"]
 
 
+def test_an_error_equal_to_the_tolerance_passes(iteration2, monkeypatch):
+    """The bar is ``max_abs <= tolerance``, in the benchmark's verdict, the verifier's and each case's."""
+    from tuner.task import benchmark
+
+    monkeypatch.setattr(benchmark, "TOLERANCE", benchmark.benchmark_report(iteration2, "final", trace=False)["max_abs"])
+    assert benchmark.benchmark_report(iteration2, "final", trace=False)["correct"]
+    verified = benchmark.verifier_report(iteration2, "final")
+    assert verified["correct"] and all(case["passed"] for case in verified["cases"])
+
+
 def test_required_outcomes():
     baseline, iteration2 = _plan("baseline_row_major"), _plan("tensor_plan_iteration2_neighborhood_best")
     tol = verifier.TOLERANCE
