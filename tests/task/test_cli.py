@@ -60,6 +60,23 @@ def test_human_table_names_every_case():
     assert "best_cycles" in out.stdout and "final_384x128_dense" in out.stdout and "compute" in out.stdout
 
 
+def test_the_benchmarks_table_says_when_a_plan_is_incorrect_and_keeps_its_columns_aligned(tmp_path):
+    """Each number ends under the end of its column's heading, however short the heading ("tail" above 172803)."""
+    iteration2 = json.loads((ROOT / "fixtures/tensor_plan_iteration2_neighborhood_best.json").read_text())["plan"]
+    path = tmp_path / "overfit.json"
+    path.write_text(json.dumps(dict(iteration2, scratchpad_kb=128, accum="sequential", softmax="approx_poly")))
+    out = run("benchmark.py", "--mode", "final", "--plan", str(path))
+    assert out.returncode == 0
+    _, verdict, heading, *cases = out.stdout.splitlines()
+    assert verdict.startswith("best_cycles ") and " INCORRECT (max_abs " in verdict and cases
+
+    def ends(line: str) -> list[int]:
+        return [i + 1 for i in range(len(line)) if line[i] != " " and (i + 1 == len(line) or line[i + 1] == " ")]
+
+    for case in cases:
+        assert ends(case)[1:] == ends(heading)[1:], (heading, case)     # all but the left-aligned case name
+
+
 def test_verifier_reports_each_case():
     out = run("verifier.py", "--json", "--mode", "final", "--plan", "fixtures/tensor_plan_iteration2_neighborhood_best.json")
     report = json.loads(out.stdout)
