@@ -32,12 +32,11 @@ def _table(report: dict[str, Any]) -> str:
         return "\n".join([*lines, f"infeasible: {report['reason']}"])
     verdict = "correct" if report["correct"] else "INCORRECT"
     lines.append(f"best_cycles {report['best_cycles']}  {verdict} (max_abs {report['max_abs']:.3e}, tolerance {report['tolerance']:.1e})")
-    parts = [k for k in COMPONENTS if k in report["cases"][0].get("components", {})]
-    widths = [max(len(p) + 2, 10) for p in parts]
-    lines.append(f"{'case':<30}{'cycles':>10}{'max_abs':>11}" + "".join(f"{p:>{w}}" for p, w in zip(parts, widths, strict=True)))
+    widths = [max(len(p) + 2, 10) for p in COMPONENTS]
+    lines.append(f"{'case':<30}{'cycles':>10}{'max_abs':>11}" + "".join(f"{p:>{w}}" for p, w in zip(COMPONENTS, widths, strict=True)))
     for case in report["cases"]:
         row = f"{case['name']:<30}{case['cycles']:>10}{case['max_abs']:>11.2e}"
-        lines.append(row + "".join(f"{case['components'][p]:>{w}}" for p, w in zip(parts, widths, strict=True)))
+        lines.append(row + "".join(f"{case['components'][p]:>{w}}" for p, w in zip(COMPONENTS, widths, strict=True)))
     return "\n".join(lines)
 
 
