@@ -470,6 +470,15 @@ def test_tied_plans_break_by_hash_whatever_order_the_history_holds_them(tmp_path
     assert winners == {min(SPACE.hash(p) for p in tied)}
 
 
+def test_a_sweep_ranks_tied_configurations_by_hash_not_by_where_they_lie_in_the_space(tmp_path):
+    grid = [(bx, tile) for bx in (32, 64, 128) for tile in (1, 2)]
+    ctx = service.Context.create(tmp_path, objective=f"cache:{toy_cache(tmp_path, dict.fromkeys(grid, 1.0))}")
+    top = [row["plan_hash"] for row in service.bounded_exhaustive_search(ctx, "all")["top"]]
+    hashes = sorted(ctx.objective.space.hash({"bx": bx, "tile": tile}) for bx, tile in grid)
+    assert top == hashes[:len(top)] and len(top) >= 2
+    ctx.close()
+
+
 def test_resuming_says_how_many_studies_the_history_holds_of_other_objectives(ctx, workspace, tmp_path):
     """Another problem's studies, or this one's before its scorer changed (a new version of the model is a new
     objective): resuming counts them, where it used to show an empty history."""
