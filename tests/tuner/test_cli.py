@@ -319,6 +319,12 @@ def test_every_option_has_help_and_the_default_output_is_readable(workspace):
         json.loads(out.stdout)
 
 
+def test_a_true_or_false_option_takes_either_word_in_any_case_and_yes_no_1_0_too(workspace):
+    for text, meant in (("true", True), ("YES", True), ("1", True), ("False", False), ("no", False), ("0", False)):
+        out = tuner(workspace, "--json", "apply_candidate", "--plan", "baseline_row_major", "--dry-run", text)
+        assert out.returncode == 1 and json.loads(out.stdout)["dry_run"] is meant, (text, out.stderr)    # the current plan
+
+
 def test_a_refusal_exits_1_and_keeps_the_plan(workspace):
     before = (workspace / "kernel_plan.json").read_bytes()
     (workspace / "bad.json").write_text('{"block_m": 3}')
