@@ -436,6 +436,15 @@ def test_a_worker_that_fails_fails_the_main_job_with_one_line_of_its_own(workspa
                                     "for the reason it gave above")
 
 
+def test_the_main_jobs_summary_says_that_workers_ran_its_searches(tmp_path):
+    toy_cache(tmp_path, {(bx, tile): bx / 32 + tile for bx in (32, 64, 128) for tile in (1, 2)})
+    out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(tmp_path), "--objective", "cache:toy.json.gz",
+                          "run", "--workers", "2"], capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    searches = [line for line in out.stdout.splitlines() if line.startswith(("  checkpoint", "  quick"))]
+    assert len(searches) == 2 and all(" by 2 workers, " in line for line in searches), out.stdout
+
+
 def test_a_worker_of_the_main_job_stopped_by_a_signal_of_its_own_leaves_its_search_to_the_others(workspace):
     """Only a worker that failed fails ``run --workers``: one that a signal to it alone stopped saved its progress, and
     the other takes over its claims."""
