@@ -520,6 +520,20 @@ def test_the_main_job_on_a_cache_tunes_from_the_space_s_default_and_writes_the_b
     assert "from the space's default)" in out and "the default is the best configuration found" in out, out
 
 
+def test_the_main_jobs_recheck_shows_both_values_and_its_interval_from_the_lower_speedup_up():
+    """A noisy program's winner is measured again: each line gives the new median and the search's value in brackets;
+    the interval of the ratio to the default, as speedups, runs from the lower to the higher, and says when it is not
+    significant (it holds 1x)."""
+    from tuner.cli import _render_best
+
+    result = {"best": {"time": 1.0, "plan_hash": "a1", "source": "quick"}, "speedup": 1.25, "changes": {},
+              "configuration": {"path": "results/tuner_run_best.json"},
+              "recheck": {"repeats": 3, "configurations": [{"plan_hash": "a1", "again": {"median": 1.0}, "searched": 0.9}],
+                          "against_default": {"confidence": 0.95, "low": 0.5, "high": 1.25, "better": False}}}
+    lines = _render_best(result, "time", lambda value: f"{value:g} ms")
+    assert "  a1: 1 ms (0.9 ms)" in lines and "  95% interval 0.80x-2.00x: not significant" in lines, lines
+
+
 def test_the_main_job_on_a_program_that_cannot_run_says_why_on_one_line(tmp_path, capsys, monkeypatch):
     from conftest import toy_cache
 
