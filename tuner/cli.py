@@ -295,11 +295,12 @@ def parser() -> argparse.ArgumentParser:
 
 
 def _scalar(value: Any) -> str:
+    """One value on its line: a number with thousands separators, a text without the line breaks around it."""
     if isinstance(value, float):
         return f"{value:,.6g}"
     if isinstance(value, int) and not isinstance(value, bool):
         return f"{value:,}"
-    return "-" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+    return "-" if value is None else str(value).lower() if isinstance(value, bool) else str(value).strip("\r\n")
 
 
 def readable(value: Any, indent: int = 0) -> list[str]:
