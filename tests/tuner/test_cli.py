@@ -535,6 +535,25 @@ def test_the_main_jobs_recheck_shows_both_values_and_its_interval_from_the_lower
     assert "  a1: 1 ms (0.9 ms)" in lines and "  95% interval 0.80x-2.00x: not significant" in lines, lines
 
 
+def test_a_resumed_step_of_the_main_job_counts_the_failures_of_its_new_evaluations(tmp_path, capsys, monkeypatch):
+    """A search the main job resumes says after how many evaluations, and how many of the new ones failed."""
+    from conftest import toy_cache
+
+    from tuner.cli import main
+
+    knobs = {"bx": [16 * i for i in range(1, 9)], "tile": list(range(1, 9)), "unroll": list(range(1, 9))}
+    toy_cache(tmp_path, {(bx, t, u): bx / 16 + t + u for bx in knobs["bx"] for t in knobs["tile"] for u in knobs["unroll"]
+                         if (bx // 16 + t + u) % 2}, tune_params=knobs)          # half the space not measured
+    monkeypatch.chdir(tmp_path)
+    problem = ["--workspace", str(tmp_path), "--objective", "cache:toy.json.gz"]
+    main([*problem, "search_plans", "--max-evals", "3"])                        # the study the main job's quick resumes
+    capsys.readouterr()
+    assert main([*problem, "run", "--time-s", "60"]) == 0
+    (line,) = [line for line in capsys.readouterr().out.splitlines() if line.startswith("  quick")]
+    said = re.search(r": (\d+) evaluations, resumed after 3, (\d+) of the new ones failed \(not measured: (\d+)\), best", line)
+    assert said and int(said[1]) > 3 and said[2] == said[3], line
+
+
 def test_the_main_job_on_a_program_that_cannot_run_says_why_on_one_line(tmp_path, capsys, monkeypatch):
     from conftest import toy_cache
 
