@@ -510,6 +510,7 @@ def test_the_main_job_on_a_cache_tunes_from_the_space_s_default_and_writes_the_b
     out, log = capsys.readouterr()
     assert log.startswith("the space's default: time 7.5 ms\n") and "evaluations, best time 1 ms (" in log, log   # as the summary
     assert "best: time 1 ms" in out and "speedup over the default: 7.50x" in out and "  tile: 1 -> 3" in out, out
+    assert "\nof the cache's optimum: 1.000 (1.0: the best time it holds)\n" in out, out
     assert out.count("resumed after") == 2 and "written to results/tuner_run_best.json (usable as --plan)" in out, out
     written = {p: p.read_bytes() for p in tmp_path.rglob("*") if p.is_file()}
     assert main([*problem, "run", "--apply"]) == 2
