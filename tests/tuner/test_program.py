@@ -164,7 +164,7 @@ print(2.5)
 """
 PROBE = """import json, resource
 from tuner.objectives import Evaluations
-from tuner.objectives.command import REAPER, ProgramObjective
+from tuner.objectives.command import ProgramObjective
 from tuner.space import space_from_t1
 objective = ProgramObjective({ws!r}, ["bench.py"], space_from_t1({t1!r}))
 before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
