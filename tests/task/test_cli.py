@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 import subprocess
 import sys
 
@@ -71,7 +72,7 @@ def test_the_benchmarks_table_says_when_a_plan_is_incorrect_and_keeps_its_column
     assert verdict.startswith("best_cycles ") and " INCORRECT (max_abs " in verdict and cases
 
     def ends(line: str) -> list[int]:
-        return [i + 1 for i in range(len(line)) if line[i] != " " and (i + 1 == len(line) or line[i + 1] == " ")]
+        return [word.end() for word in re.finditer(r"\S+", line)]
 
     for case in cases:
         assert ends(case)[1:] == ends(heading)[1:], (heading, case)     # all but the left-aligned case name
