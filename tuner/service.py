@@ -1051,8 +1051,9 @@ def _run_searches(ctx: Context, deadline: float, time_s: float,
         left = deadline - time.monotonic()
         if left <= 0:
             skipped = [name for name, _ in runs[done:]]
-            steps.append({"step": "not run", "searches": skipped, "reason": f"the time budget ({time_s:g} s) was spent"})
-            _log(ctx, f"not run, the time budget ({time_s:g} s) spent: {', '.join(skipped)}")
+            reason = f"the time budget ({time_s:g} s) was spent"
+            steps.append({"step": "not run", "searches": skipped, "reason": reason})
+            _log(ctx, f"not run, {reason}: {', '.join(skipped)}")
             break
         s = run(left)
         best = s["best"][mode] if s["best"] else None

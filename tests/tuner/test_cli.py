@@ -268,7 +268,7 @@ def test_the_main_job_says_which_searches_its_time_budget_left_unrun(workspace):
     (unrun,) = [s for s in result["steps"] if s["step"] == "not run"]
     assert result["seconds"] > 0.001                    # the whole job (a report was written), not the searches' budget
     assert unrun["searches"] == ["checkpoint", "exhaustive (iteration3_dev_core)", "exhaustive (iteration3_layout_relaxed)", "quick"]
-    assert "not run, the time budget (0.001 s) spent: checkpoint, exhaustive (iteration3_dev_core)" in out.stderr
+    assert "not run, the time budget (0.001 s) was spent: checkpoint, exhaustive (iteration3_dev_core)" in out.stderr
     text = tuner(workspace, "run", "--time-s", "0.001").stdout                 # the summary says it too
     assert ("  not run, the time budget (0.001 s) was spent: checkpoint, exhaustive (iteration3_dev_core), exhaustive "
             "(iteration3_layout_relaxed), quick (a larger --time-s runs them; what ran resumes)\n") in text, text
