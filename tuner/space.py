@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import gzip
 import hashlib
+import io
 import json
 import zlib
 from collections.abc import Callable
@@ -542,23 +543,42 @@ def space_from_tune_params(params: Any, keys: Any = None, name: str = "cache", s
     return make_space(name, [make_knob(k, params[k], source) for k in keys], [], source)
 
 
-def read_json(path: str | Path, what: str, completed: Callable[[str], str] | None = None, shown: str | None = None) -> Any:
-    """JSON of a file (``.gz`` decompressed; at most ``MAX_JSON_BYTES`` of text); :class:`SpaceError` naming the file
-    on any failure: where it cannot be opened, by ``shown`` or the path as given (so that a typo in a folder shows),
-    otherwise by its name. ``completed``: for a text that is not JSON, the text a writer that stopped part-way would
-    have finished it with (tried once)."""
+def read_stored(path: str | Path, what: str, shown: str | None = None) -> bytes:
+    """The bytes of file ``path`` as stored (compressed, for ``.gz``), read once, as a pipe can only be read: at most
+    ``MAX_JSON_BYTES``; :class:`SpaceError` naming the file where it cannot be opened, by ``shown`` or the path as given
+    (so that a typo in a folder shows)."""
     path = Path(path)
     shown = str(path) if shown is None else shown
     try:
-        with (gzip.open if path.suffix == ".gz" else open)(path, "rb") as file:
-            raw = file.read(MAX_JSON_BYTES + 1)                         # a compressed file can hide any size: read no further
+        with open(path, "rb") as file:
+            stored = file.read(MAX_JSON_BYTES + 1)
     except FileNotFoundError:
         raise SpaceError(f"{what} {shown!r} does not exist") from None
-    except (OSError, EOFError, zlib.error) as exc:
-        raise SpaceError(f"{what} {shown!r} cannot be read: {getattr(exc, 'strerror', None) or exc}") from None
-    if len(raw) > MAX_JSON_BYTES:
-        raise SpaceError(f"{what} {path.name!r} holds more than {MAX_JSON_BYTES >> 20} MiB of JSON"
-                         f"{' once decompressed' if path.suffix == '.gz' else ''}, the most a file may hold")
+    except OSError as exc:
+        raise SpaceError(f"{what} {shown!r} cannot be read: {exc.strerror or exc}") from None
+    if len(stored) > MAX_JSON_BYTES:
+        raise SpaceError(f"{what} {path.name!r} holds more than {MAX_JSON_BYTES >> 20} MiB"
+                         f"{' compressed' if path.suffix == '.gz' else ' of JSON'}, the most a file may hold")
+    return stored
+
+
+def read_json(path: str | Path, what: str, completed: Callable[[str], str] | None = None, shown: str | None = None,
+              stored: bytes | None = None) -> Any:
+    """JSON of a file (``.gz`` decompressed; at most ``MAX_JSON_BYTES`` of text): of ``stored``, its bytes as
+    :func:`read_stored` read them, else read now; :class:`SpaceError` naming the file on any failure. ``completed``:
+    for a text that is not JSON, the text a writer that stopped part-way would have finished it with (tried once)."""
+    path = Path(path)
+    shown = str(path) if shown is None else shown
+    raw = read_stored(path, what, shown) if stored is None else stored
+    if path.suffix == ".gz":
+        try:
+            with gzip.GzipFile(fileobj=io.BytesIO(raw)) as file:
+                raw = file.read(MAX_JSON_BYTES + 1)                     # a compressed file can hide any size: read no further
+        except (OSError, EOFError, zlib.error) as exc:
+            raise SpaceError(f"{what} {shown!r} cannot be read: {exc}") from None
+        if len(raw) > MAX_JSON_BYTES:
+            raise SpaceError(f"{what} {path.name!r} holds more than {MAX_JSON_BYTES >> 20} MiB of JSON once decompressed, "
+                             "the most a file may hold")
     try:
         try:
             return loads(raw)

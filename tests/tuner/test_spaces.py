@@ -470,9 +470,9 @@ def test_a_t1_space_adds_restrictions_to_a_cache(tmp_path):
         CacheObjective(cache, tmp_path / "strings.t1.json")           # the same knobs, but their values are strings there
 
 
-def _cli(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+def _cli(*args: str, cwd: Path, stdin: str | None = None) -> subprocess.CompletedProcess[str]:
     return subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(cwd), *args], capture_output=True, text=True,
-                          cwd=cwd, timeout=300)
+                          cwd=cwd, timeout=300, input=stdin)
 
 
 def _gz(data) -> bytes:
@@ -553,6 +553,19 @@ def test_a_file_is_read_only_up_to_its_bound_even_when_its_compressed_form_is_sm
         CacheObjective(tmp_path / "bomb.json.gz")
     with pytest.raises(SpaceError, match=r"^cache file 'big\.json' holds more than 1 MiB of JSON, the most a file may hold$"):
         CacheObjective(tmp_path / "big.json")
+
+
+def test_a_cache_piped_in_is_named_by_what_it_holds(tmp_path):
+    """A cache given as a pipe (``zcat c.json.gz | python -m tuner --objective cache:/dev/stdin ...``) was read a second
+    time to name it, when the pipe had nothing left: every cache piped in took one name, so the second replayed the
+    first one's times from the history. It is read once, and named by what it holds."""
+    for scale in (1.0, 10.0):
+        cache = toy_cache(tmp_path, {(bx, tile): scale * (bx + tile) for bx in (32, 64, 128) for tile in (1, 2)}, "c.json")
+        out = _cli("--objective", "cache:/dev/stdin", "--json", "search_plans", "--strategy", "quick", "--seed", "0",
+                   "--max-evals", "6", cwd=tmp_path, stdin=cache.read_text())
+        assert out.returncode == 0, out.stderr
+        result = json.loads(out.stdout)
+        assert (result["best"]["time"], result["optimum"], result["new_evaluations"]) == (33 * scale, 33 * scale, 6)
 
 
 def _left_open(tune_params: dict, records: dict[tuple, object]) -> str:

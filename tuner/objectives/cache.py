@@ -26,7 +26,7 @@ from typing import Any
 import numpy as np
 
 from tuner.objectives.base import MODE_CHARS, RULED_OUT, TIME, Evaluations, as_float, brief, value_key
-from tuner.space import Config, Space, SpaceError, load_space, read_json, space_from_cache, space_from_tune_params
+from tuner.space import Config, Space, SpaceError, load_space, read_json, read_stored, space_from_cache, space_from_tune_params
 
 MODE = TIME
 ERROR_MARKERS = ("InvalidConfig", "CompilationFailedConfig", "RuntimeFailedConfig", "ErrorConfig")
@@ -166,7 +166,8 @@ class CacheObjective:
 
     def __init__(self, path: str | Path, space_path: str | Path | None = None) -> None:
         path = Path(path)
-        data = read_json(path, "cache file", _closed)
+        stored = read_stored(path, "cache file")          # read once, as a pipe can only be: its digest names the objective
+        data = read_json(path, "cache file", _closed, stored=stored)
         if not isinstance(data, dict):
             raise SpaceError(f"cache file {path.name!r} must hold a JSON object")
         space, records, quantity, self.unit = (_t4 if "results" in data and "cache" not in data else _kernel_tuner)(data, path.name)
@@ -206,7 +207,7 @@ class CacheObjective:
                                 f"{len(ruled_out):,} that have a time)" if ruled_out else
                                 f" of a configuration in {where}: {outside}" if outside else "")
                              + (f" (its records: {', '.join(f'{why} {count:,}' for why, count in held)})" if held else ""))
-        digest = hashlib.sha256(path.read_bytes()).hexdigest()[:12]
+        digest = hashlib.sha256(stored).hexdigest()[:12]
         # where records are ruled out, a new scorer: an older version gave them their times, and a history keeps what
         # an objective of its name scored
         self.name = f"cache:{digest}:{space.fingerprint}" + (":allowed" if ruled_out else "")
