@@ -511,6 +511,11 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
     if args.command == "mcp":
         return args.handler(args)
     in_workers = getattr(args, "workers", 1) > 1
+    if in_workers:
+        try:
+            workers.check_readable_again(args.objective, args.space)
+        except WorkersError as exc:
+            return _bad_input(args.command, exc)
     if in_workers and args.command != "run":
         return _run_workers(args, argv)
     function, _, _ = COMMANDS[args.command]

@@ -8,10 +8,12 @@ several hosts do. The result sums the workers' new evaluations and merges their 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
 import signal
+import stat
 import subprocess
 import sys
 import threading
@@ -29,7 +31,7 @@ ORPHANED = threading.Event()                          # set in a worker whose co
 
 
 class WorkersError(ValueError):
-    """A bad ``--worker-env``."""
+    """A bad ``--worker-env``, or a problem's file that only one process can read."""
 
 
 class WorkerFailed(RuntimeError):
@@ -46,6 +48,18 @@ def slot_environments(count: int, assignments: list[str]) -> list[dict[str, str]
             raise WorkersError(f"--worker-env {text[:80]!r} is not NAME=VALUE (NAME: letters, digits and '_', not starting with a digit)")
         pairs.append((name, value))
     return [{**os.environ, **{name: value.replace("{slot}", str(slot)) for name, value in pairs}} for slot in range(count)]
+
+
+def check_readable_again(objective: str, space: str | None) -> None:
+    """:class:`WorkersError` where a file of the problem (the cache of ``cache:PATH``, the ``space`` file) is a pipe or a
+    device: each worker reads it again, and a pipe (``cache:/dev/stdin``, a shell's ``<(...)``) gives what it holds to
+    its first reader only."""
+    files = {"cache file": objective.removeprefix("cache:")} if objective.startswith("cache:") else {}
+    for what, path in (files | ({"space file": space} if space else {})).items():
+        with contextlib.suppress(OSError):                  # one that cannot be read at all: the command says why
+            if stat.S_ISFIFO(mode := os.stat(path).st_mode) or stat.S_ISCHR(mode) or stat.S_ISSOCK(mode):
+                raise WorkersError(f"{what} {path[:200]!r} is a pipe or a device, which only one process can read, and every "
+                                   "worker of --workers reads it: save it to a file")
 
 
 def run(argv: list[str], count: int, assignments: list[str], mode: str) -> tuple[dict[str, Any], int]:

@@ -428,6 +428,24 @@ def test_a_bad_worker_env_is_refused_before_any_worker_starts(workspace, command
     assert not (workspace / "h.db").exists() and not (workspace / "results").exists()
 
 
+@pytest.mark.parametrize(("command", "piped"), [("search_plans", "cache"), ("run", "cache"), ("run", "space")])
+def test_a_file_given_as_a_pipe_is_refused_before_any_worker_starts(tmp_path, command, piped):
+    """Each worker reads the problem's files again, and a pipe gives what it holds to one reader: the workers read the
+    pipe that is their stdin as the cache, waiting on it for ever. A pipe is refused, by name, before anything is read."""
+    cache = toy_cache(tmp_path, {(32, 1): 1.0, (64, 2): 2.0}, "toy.json")
+    space = tmp_path / "toy.t1.json"
+    space.write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "bx", "Type": "int", "Values": "[32, 64, 128]"}, {"Name": "tile", "Type": "int", "Values": "[1, 2]"}]}}))
+    given = {"cache": f"cache:{cache}", "space": str(space)} | {piped: "cache:/dev/stdin" if piped == "cache" else "/dev/stdin"}
+    out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(tmp_path), "--objective", given["cache"], "--space",
+                          given["space"], command, "--workers", "2"], input=(cache if piped == "cache" else space).read_text(),
+                         capture_output=True, text=True, timeout=120, cwd=tmp_path)
+    assert (out.returncode, out.stdout) == (2, ""), out.stderr
+    assert out.stderr == (f"tuner {command}: error: {piped} file '/dev/stdin' is a pipe or a device, which only one process can "
+                          "read, and every worker of --workers reads it: save it to a file\n")
+    assert not (tmp_path / "studies").exists() and not (tmp_path / "results").exists()
+
+
 def test_a_worker_that_fails_fails_the_main_job_with_one_line_of_its_own(workspace):
     proc = _tuner(workspace, f"sqlite:///{workspace / 'h.db'}", "run", "--workers", "2", "--worker-env", "PYTHONHOME=/nowhere/{slot}")
     out, err = proc.communicate(timeout=300)
