@@ -220,7 +220,7 @@ def test_a_history_path_may_hold_percent_signs_and_question_marks(tmp_path):
 def test_an_in_memory_history_reads_as_empty_and_refuses_to_be_written():
     """Optuna's storage and the tuner's tables each open their own engine, and an in-memory SQLite database is
     one per engine: a search written there would fail half-way, so it is refused up front, by name."""
-    for url in ("sqlite://", "sqlite:///:memory:", resolve_url(":memory:")):
+    for url in ("sqlite://", "sqlite:///:memory:", resolve_url(":memory:"), "sqlite:///file:shared?mode=memory&uri=true"):
         assert History(url, read_only=True).study_names() == []
         with pytest.raises(HistoryUnavailable, match=r"in-memory.*give a file"):
             History(url)
