@@ -63,6 +63,9 @@ def test_figure_data_is_built_without_plotly(searched):
         assert all(b <= med for b, med in zip(m["best"], m["median"], strict=True)), knob
     scatter = report.scatter_info(ctx.history, name, "dev", "final")
     assert len(scatter["dev"]) == len(scatter["final"]) == len(scatter["correct"]) > 0
+    dev, final = ctx.history.cached(name, "dev"), ctx.history.cached(name, "final")     # each plan's values in the two modes
+    both = [h for h in sorted(final.keys() & dev.keys())[:report.SCATTER_POINTS] if None not in (dev[h].cycles, final[h].cycles)]
+    assert list(zip(scatter["dev"], scatter["final"], strict=True)) == [(dev[h].cycles, final[h].cycles) for h in both]
     reports = {"winner": {m: ctx.objective.report(SPACE.decode(SPACE.default()), m) for m in ("dev", "final")}}
     trace = report.trace_info(reports)
     assert set(trace) == {"dev", "final"}
