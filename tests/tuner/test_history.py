@@ -134,6 +134,23 @@ def test_a_failures_reason_in_the_history_stands_before_one_an_older_trial_kept(
     history.close()
 
 
+def test_a_history_written_before_reasons_were_kept_gives_read_only_the_reasons_its_trials_kept(tmp_path):
+    """A history an older version wrote has no tuner_reasons table, and a read-only tool creates none: its failures
+    have the reasons their trials kept, as the history would otherwise."""
+    space = space_from_tune_params({"k": [1, 2]})
+    k1 = space.encode({"k": 1})
+    history = History(f"sqlite:///{tmp_path / 'h.db'}")
+    history.write("o", "time", [Row(space.hash_idx(k1), None, False, None, k1)], history.study("quick:space:time:seed0@o")._study_id,
+                  [TrialRecord(k1, None, {"reason": "kept in a trial"})], space=space)
+    history.close()
+    older = sqlite3.connect(tmp_path / "h.db")
+    older.execute("DROP TABLE tuner_reasons")
+    older.close()
+    reader = History(f"sqlite:///{tmp_path / 'h.db'}", read_only=True, outage_s=0)
+    assert reader.failures("o", "time") == (1, {space.hash_idx(k1): (None, "kept in a trial")})
+    reader.close()
+
+
 def test_a_configurations_samples_are_those_of_its_last_trial_in_the_newest_study_that_measured_it(tmp_path):
     """A configuration is measured again only to replace its result, and the cache holds the last measurement."""
     space = space_from_tune_params({"k": [1, 2]})
