@@ -151,6 +151,19 @@ def test_a_history_written_before_reasons_were_kept_gives_read_only_the_reasons_
     reader.close()
 
 
+def test_a_read_only_history_refuses_a_write_and_keeps_what_it_holds(tmp_path):
+    """A tool that declares no history writes opens it read-only: a write (a bug's) is refused, not made, even where
+    the file could be written."""
+    space = space_from_tune_params({"k": [1, 2]})
+    k1 = space.encode({"k": 1})
+    History(f"sqlite:///{tmp_path / 'h.db'}").close()
+    reader = History(f"sqlite:///{tmp_path / 'h.db'}", read_only=True)
+    with pytest.raises(HistoryError, match="opened read-only"):
+        reader.write("o", "time", [Row(space.hash_idx(k1), 1.0, True, None, k1)])
+    assert reader.cached("o", "time") == {}
+    reader.close()
+
+
 def test_a_configurations_samples_are_those_of_its_last_trial_in_the_newest_study_that_measured_it(tmp_path):
     """A configuration is measured again only to replace its result, and the cache holds the last measurement."""
     space = space_from_tune_params({"k": [1, 2]})
