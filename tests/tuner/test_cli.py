@@ -571,6 +571,8 @@ def test_the_main_job_on_a_program_that_cannot_run_says_why_on_one_line(tmp_path
     why = ("the space's default cannot run: bench.py exited 1: Traceback (most recent call last): ... "
            "ModuleNotFoundError: No module named 'nonexistent_module'")
     assert err.splitlines()[0] == why and out.splitlines()[0].startswith(f"{why} (configuration "), (out, err)
+    searched = [line for line in err.splitlines() if line.startswith(("checkpoint (", "quick ("))]
+    assert len(searched) == 2 and all(", best time - (" in line for line in searched), err     # no value, so no unit
     assert "no configuration ran: every one scored failed" in out and not (tmp_path / "results" / "tuner_run_best.json").exists()
 
 
