@@ -221,8 +221,6 @@ def _program(ws: Workspace, command: str) -> list[str]:
         argv = shlex.split(command)
     except ValueError as exc:
         raise ServiceError(f"command {quoted(command)} cannot be split into arguments: {exc}") from None
-    if not argv:
-        raise ServiceError("command:PROGRAM names no program")
     try:
         path = ws.path(os.path.abspath(argv[0]))
     except WorkspaceError:
