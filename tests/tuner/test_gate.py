@@ -424,6 +424,7 @@ def test_a_path_that_is_empty_malformed_or_too_long_is_refused_by_name(ctx, work
      "give either fixture or plan, not both"),
     (lambda c: service.search_plans(c, max_evals=True), "max_evals must be a positive number up to"),
     (lambda c: service.search_plans(c, max_evals=10**12), "max_evals must be a positive number up to"),
+    (lambda c: service.search_plans(c, max_evals=None), "max_evals must be a positive number up to 10,000,000, got None"),
     (lambda c: service.search_plans(c, time_s=0), "time_s must be a positive number up to 86,400, got 0"),
     (lambda c: service.repeated_evaluation(c, "baseline_row_major", repeats=1), "repeats must be an integer from 2 to 100, got 1"),
     (lambda c: service.export_candidate_fixture(c, "mine", overwrite="yes"), "overwrite must be true or false (a boolean), got 'yes'"),
