@@ -14,7 +14,7 @@ import pytest
 from conftest import BEST_DEV, BEST_DEV_FASTER_FINAL, OVERFLOWING, ROOT, toy_cache, where_nothing_can_be_written, workspace_files
 
 from tuner import gate, service
-from tuner.history import rows_of
+from tuner.history import Row, rows_of
 from tuner.objectives import Evaluations
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.plan import plan_hash
@@ -527,6 +527,17 @@ def test_a_diff_with_a_plan_that_cannot_run_names_its_changes_and_gives_no_speed
         diff = service.candidate_diff(ctx, candidate, against)
         assert set(diff["changes"]) == {knob for knob, value in OVERFLOWING.items() if iteration2[knob] != value}
         assert all(m["speedup"] is None and (m["from"] is None) != (m["to"] is None) for m in diff["metrics"].values()), diff
+
+
+def test_a_diff_measures_both_plans_whatever_the_history_holds_of_them(ctx, iteration2):
+    """What the history holds of a plan is what a search saw (a noisy run, a failure at a shorter time limit): a diff,
+    like the gate, measures the plans it compares."""
+    space = ctx.objective.space
+    for mode in ctx.objective.modes:
+        ctx.history.write(ctx.objective.name, mode, [Row(space.hash(iteration2), 1.0, True, 0.0, space.encode(iteration2))])
+    diff = service.candidate_diff(ctx, iteration2)
+    assert [m["to"] for m in diff["metrics"].values()] == [ctx.objective.report(iteration2, m)["best_cycles"] for m in diff["metrics"]]
+    assert all(m["to"] > 1 for m in diff["metrics"].values())
 
 
 def test_focused_starts_from_the_best_configuration_the_history_holds(tmp_path):
