@@ -540,6 +540,13 @@ def test_a_diff_measures_both_plans_whatever_the_history_holds_of_them(ctx, iter
     assert all(m["to"] > 1 for m in diff["metrics"].values())
 
 
+def test_a_plan_that_runs_correct_in_dev_only_is_not_correct_in_all_modes(ctx, workspace):
+    plan = json.loads((workspace / "kernel_plan.json").read_text()) | {"block_m": 80, "block_n": 32, "block_k": 64, "dma_stages": 3,
+                                                                         "accum": "pairwise", "scratchpad_kb": 48}
+    bench = service.benchmark_plan(ctx, plan)
+    assert bench["reports"]["dev"]["correct"] and not bench["reports"]["final"]["feasible"] and bench["correct_in_all"] is False
+
+
 def test_focused_starts_from_the_best_configuration_the_history_holds(tmp_path):
     """Not from the space's default, (32, 1), the slowest here."""
     grid = [(bx, tile) for bx in (32, 64, 128) for tile in (1, 2)]
