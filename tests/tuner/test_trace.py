@@ -36,3 +36,14 @@ def test_the_findings_name_each_overhead_of_at_least_5_percent_of_the_cycles_and
     assert shares["compute"] >= 0.05 and 0.05 <= shares["tail"] < 0.1 and shares["memory"] < 0.05     # what the test is about
     assert "tail is 6% of dev cycles" in trace["findings"]
     assert not any(finding.startswith(("compute ", "memory ")) for finding in trace["findings"])
+
+
+def test_the_hotspot_is_the_case_of_the_most_cycles_and_each_case_names_its_largest_component(ctx):
+    trace = service.trace_summary(ctx, None, "dev")
+    cycles = {case["name"]: case["cycles"] for case in trace["cases"]}
+    hottest = max(cycles, key=cycles.__getitem__)
+    assert hottest != trace["cases"][0]["name"]                                     # what the test is about
+    assert trace["hotspot"] == {"case": hottest, "share": round(cycles[hottest] / sum(cycles.values()), 4)}
+    for case in trace["cases"]:
+        assert case["dominant"] == max(case["components"], key=case["components"].__getitem__), case
+    assert any(case["dominant"] != "compute" for case in trace["cases"])
