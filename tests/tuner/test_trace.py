@@ -39,6 +39,7 @@ def test_the_findings_name_each_overhead_of_at_least_5_percent_of_the_cycles_and
 
 
 def test_the_hotspot_is_the_case_of_the_most_cycles_and_each_case_names_its_largest_component(ctx):
+    """The model's indicators come per case too, each note among the findings."""
     trace = service.trace_summary(ctx, None, "dev")
     cycles = {case["name"]: case["cycles"] for case in trace["cases"]}
     hottest = max(cycles, key=cycles.__getitem__)
@@ -47,3 +48,5 @@ def test_the_hotspot_is_the_case_of_the_most_cycles_and_each_case_names_its_larg
     for case in trace["cases"]:
         assert case["dominant"] == max(case["components"], key=case["components"].__getitem__), case
     assert any(case["dominant"] != "compute" for case in trace["cases"])
+    assert set(trace["indicators"]) == set(cycles) and trace["indicators"][hottest]["conflict_factors"]["Q"] == 16.0
+    assert {note for case in trace["indicators"].values() for note in case["notes"]} <= set(trace["findings"])
