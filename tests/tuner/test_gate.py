@@ -527,6 +527,7 @@ def test_a_diff_with_a_plan_that_cannot_run_names_its_changes_and_gives_no_speed
         diff = service.candidate_diff(ctx, candidate, against)
         assert set(diff["changes"]) == {knob for knob, value in OVERFLOWING.items() if iteration2[knob] != value}
         assert all(m["speedup"] is None and (m["from"] is None) != (m["to"] is None) for m in diff["metrics"].values()), diff
+        assert diff["candidate_correct"] == {"dev": candidate is iteration2, "final": candidate is iteration2}
 
 
 def test_a_diff_measures_both_plans_whatever_the_history_holds_of_them(ctx, iteration2):
