@@ -304,8 +304,9 @@ def _scalar(value: Any) -> str:
 
 
 def readable(value: Any, indent: int = 0) -> list[str]:
-    """``value`` (a tool's result) as indented ``key: value`` lines; lists of objects as items; a text of several lines
-    as its lines, indented under ``key: |``."""
+    """``value`` (a tool's result) as indented ``key: value`` lines; a list of numbers or words on one line, of
+    objects or sentences (a text with a space or a comma) as items; a text of several lines as its lines, indented
+    under ``key: |``."""
     pad = " " * indent
     if isinstance(value, dict):
         lines = []
@@ -318,7 +319,8 @@ def readable(value: Any, indent: int = 0) -> list[str]:
                 lines.append(f"{pad}{key}: {_scalar(item) if not isinstance(item, dict | list) else '-'}")
         return lines
     if isinstance(value, list):
-        if all(not isinstance(item, dict | list) for item in value):
+        if all(not isinstance(item, dict | list) and not (isinstance(item, str) and any(mark in item.strip() for mark in " ,"))
+               for item in value):
             return [f"{pad}{', '.join(_scalar(item) for item in value)}"]
         lines = []
         for item in value:

@@ -298,9 +298,11 @@ def test_readable_output_shows_every_item_of_a_list_an_empty_one_as_a_dash():
     from tuner.cli import readable
 
     result = {"rows": [{}, {"plan": {"x": 1}, "ok": True}], "reason": "first\nlast\n", "none": None, "values": [1.5, 2000],
-              "error": "out of memory\n", "errors": ["a\n", "b"]}                  # a program's message ending its line
+              "error": "out of memory\n", "errors": ["a\n", "b"],                  # a program's message ending its line
+              "findings": ["tail is 6% of cycles", "K tile: 8-way, 2 passes", "spill"]}     # sentences: one a line
     assert readable(result) == ["rows:", "  -", "  - plan:", "      x: 1", "    ok: true", "reason: |", "  first", "  last",
-                                "none: -", "values:", "  1.5, 2,000", "error: out of memory", "errors:", "  a, b"]
+                                "none: -", "values:", "  1.5, 2,000", "error: out of memory", "errors:", "  a, b",
+                                "findings:", "  - tail is 6% of cycles", "  - K tile: 8-way, 2 passes", "  - spill"]
 
 
 def test_every_option_has_help_and_the_default_output_is_readable(workspace):
