@@ -32,7 +32,7 @@ from tuner.plan import PlanError
 from tuner.space import ProfileError, SpaceError
 from tuner.stopping import Terminated
 from tuner.workers import WorkersError
-from tuner.workspace import LIMITS, MAX_PATH_CHARS, OUTPUT_DIR, RESULT_PATH, WorkspaceError
+from tuner.workspace import LIMITS, MAX_PATH_CHARS, OUTPUT_DIR, RESULT_PATH, WorkspaceError, json_reason, loads
 
 INPUT_ERRORS = (service.ServiceError, WorkspaceError, PlanError, ProfileError, SpaceError, HistoryUnavailable, WorkersError)
 MAX_WORKERS = 256
@@ -40,7 +40,8 @@ TRACEBACK_ENV = "TUNER_TRACEBACK"   # set: a bug's traceback is printed before i
 GLOBAL_OPTIONS = ("workspace", "history", "outage_s", "objective", "space", "timeout_s", "objective_repeats", "json", "command",
                   "workers", "worker_env")   # not tool arguments
 NAMED_SIGNALS = frozenset(signal.Signals)
-PLAN_HELP = "a fixture name, a JSON file inside the workspace (default: kernel_plan.json)"
+PLAN_HELP = "a fixture name, a JSON file inside the workspace or a JSON object of knob values (default: kernel_plan.json)"
+CANDIDATE_HELP, AGAINST_HELP = "the candidate: " + PLAN_HELP.split(" (")[0], "the plan to compare with: " + PLAN_HELP
 
 
 def _stopped(command: str, exc: KeyboardInterrupt, where: str) -> int:
@@ -80,8 +81,20 @@ _rows = positive_number(int, LIMITS["limit"])
 Command = tuple[Callable[..., dict[str, Any]], Callable[[argparse.ArgumentParser], None], str]
 
 
-def _plan_arg(p: argparse.ArgumentParser, help_: str = PLAN_HELP) -> None:
-    p.add_argument("--plan", default=None, metavar="REF", help=help_)
+def _reference(text: str) -> str | dict[str, Any]:
+    """A plan or configuration as the service takes it: a text that starts with ``{`` is one given inline, as a JSON
+    object; any other is the fixture or file it names."""
+    if not text.lstrip().startswith("{"):
+        return text
+    try:
+        return loads(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(f"expected a fixture name, a file or a JSON object, got {text[:40]!r}: "
+                                         f"{json_reason(exc)}") from None
+
+
+def _plan_arg(p: argparse.ArgumentParser, help_: str = PLAN_HELP, flag: str = "--plan", required: bool = False) -> None:
+    p.add_argument(flag, type=_reference, required=required, default=None, metavar="REF", help=help_)
 
 
 def _mode_arg(p: argparse.ArgumentParser, default: str | None) -> None:
@@ -151,12 +164,10 @@ COMMANDS: dict[str, Command] = {
         "--modes", nargs="+", default=None, metavar="MODE", help="modes to score (default: dev final)"), _repeats_arg(p, 1)),
         "reports of a plan in several modes"),
     "repeated_evaluation": (service.repeated_evaluation, lambda p: (
-        p.add_argument("--candidate", required=True, metavar="REF", help="the candidate: " + PLAN_HELP.split(" (")[0]),
-        p.add_argument("--against", default=None, metavar="REF", help="the plan to compare with: " + PLAN_HELP),
+        _plan_arg(p, CANDIDATE_HELP, "--candidate", required=True), _plan_arg(p, AGAINST_HELP, "--against"),
         _repeats_arg(p, 5, least=2)), "measure two plans K times: medians, spreads, intervals, and whether the candidate is faster"),
     "candidate_diff": (service.candidate_diff, lambda p: (
-        p.add_argument("--candidate", required=True, metavar="REF", help="the candidate: " + PLAN_HELP.split(" (")[0]),
-        p.add_argument("--against", default=None, metavar="REF", help="the plan to compare with: " + PLAN_HELP)),
+        _plan_arg(p, CANDIDATE_HELP, "--candidate", required=True), _plan_arg(p, AGAINST_HELP, "--against")),
         "knob changes and metric deltas between two plans"),
     "resume_search_history": (service.resume_search_history, lambda p: _limit_arg(p, 5, "seeds to list"),
                               "best seeds (fixtures and history) and the searches already run"),
@@ -186,7 +197,7 @@ COMMANDS: dict[str, Command] = {
         "run your kernel's program again on the configurations whose runs failed (after a busy or missing GPU, a full "
         "disk...): the new results replace the failures in the history"),
     "apply_candidate": (service.apply_candidate, lambda p: (
-        p.add_argument("--plan", required=True, metavar="REF", help="the candidate: " + PLAN_HELP.split(" (")[0]),
+        _plan_arg(p, CANDIDATE_HELP, required=True),
         _dry_run_arg(p, True), _repeats_arg(p, 1)),
         "gate a plan and (with --dry-run false) write it to kernel_plan.json (exit 1 when the gate fails)"),
     "apply_best_verified": (service.apply_best_verified, lambda p: (_dry_run_arg(p, True), _repeats_arg(p, 1)),

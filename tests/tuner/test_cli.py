@@ -325,6 +325,21 @@ def test_every_option_has_help_and_the_default_output_is_readable(workspace):
         json.loads(out.stdout)
 
 
+def test_a_plan_given_inline_as_a_json_object_is_the_plan_its_file_holds(workspace):
+    plan = (workspace / "kernel_plan.json").read_text()
+    fixture = json.dumps(json.loads((workspace / "fixtures" / "tensor_plan_attempt1_best.json").read_text())["plan"])
+    by_file, inline = (json.loads(tuner(workspace, "--json", "run_objective", "--plan", ref).stdout) for ref in ("kernel_plan.json", plan))
+    assert inline["plan_source"] == "inline plan" and inline["best_cycles"] == by_file["best_cycles"] > 0
+    diff = tuner(workspace, "--json", "candidate_diff", "--candidate", fixture, "--against", plan)
+    named = tuner(workspace, "--json", "candidate_diff", "--candidate", "tensor_plan_attempt1_best")
+    assert diff.returncode == 0 and json.loads(diff.stdout)["changes"] == json.loads(named.stdout)["changes"] != {}
+    for option, text in (("--plan", '{"block_m": 64,}'), ("--against", '{"block_m": '), ("--candidate", " {1: 2}")):
+        bad = tuner(workspace, "candidate_diff" if option != "--plan" else "run_objective", option, text,
+                    *(("--candidate", "baseline_row_major") if option == "--against" else ()))
+        assert bad.returncode == 2 and bad.stdout == "" and len(bad.stderr.splitlines()) == 1, bad
+        assert f"argument {option}: expected a fixture name, a file or a JSON object, got {text!r}" in bad.stderr, bad.stderr
+
+
 def test_a_true_or_false_option_takes_either_word_in_any_case_and_yes_no_1_0_too(workspace):
     for text, meant in (("true", True), ("YES", True), ("1", True), ("False", False), ("no", False), ("0", False)):
         out = tuner(workspace, "--json", "apply_candidate", "--plan", "baseline_row_major", "--dry-run", text)
@@ -650,8 +665,10 @@ def test_every_command_works_on_another_problem_or_says_it_is_for_the_tensor_pla
     (tmp_path / "deep.json").write_text("[" * 100_000)                       # more than Python's parser holds
     assert main(["--workspace", str(tmp_path), *problem, "run_objective", "--plan", "deep.json"]) == 2
     assert "configuration file 'deep.json' cannot be read as JSON: nested too deeply" in capsys.readouterr().err
-    assert main(["--workspace", str(tmp_path), *problem, "run_objective", "--plan", '{"bx": 32}']) == 2     # a path, not JSON
-    assert capsys.readouterr().err == ("tuner run_objective: error: no configuration file '{\"bx\": 32}' in the workspace "
+    assert main(["--workspace", str(tmp_path), *problem, "run_objective", "--plan", '{"bx": 32}']) == 2     # given inline
+    assert capsys.readouterr().err == "tuner run_objective: error: missing knob 'tile' (allowed: 1, 2)\n"
+    assert main(["--workspace", str(tmp_path), *problem, "run_objective", "--plan", "bx.json"]) == 2
+    assert capsys.readouterr().err == ("tuner run_objective: error: no configuration file 'bx.json' in the workspace "
                                        "(a JSON object of knob values)\n")
     (tmp_path / "wrong.json").write_text(json.dumps({"bx": 33, "tile": 1}))  # JSON, but not a configuration of the space
     assert main(["--workspace", str(tmp_path), *problem, "run_objective", "--plan", "wrong.json"]) == 2
