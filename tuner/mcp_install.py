@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import tomllib
 from pathlib import Path
 from typing import Any
 
@@ -63,7 +64,49 @@ def server_options(args: argparse.Namespace) -> tuple[str, ...]:
 def _toml(name: str, entry: dict[str, Any], cwd: Path) -> str:
     env = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in entry["env"].items())
     return (f"[mcp_servers.{name}]\ncommand = {json.dumps(entry['command'])}\nargs = {json.dumps(entry['args'])}\n"
-            f"env = {{ {env} }}\ncwd = {json.dumps(str(cwd))}\n")
+            f"env = {{{f' {env} ' if env else ''}}}\ncwd = {json.dumps(str(cwd))}\n")
+
+
+def _table(line: str) -> list[str] | None:
+    """The keys of a TOML table header (``[a."b".c]``, ``[[a.b]]``, a comment after it); ``None`` for any other line."""
+    if not line.lstrip().startswith("["):
+        return None
+    try:
+        node: Any = tomllib.loads(line)
+    except tomllib.TOMLDecodeError:                     # a line of a multi-line array
+        return None
+    keys = []
+    while node:
+        if isinstance(node, list):                      # an array of tables: its one table
+            node = node[0]
+            continue
+        (key, node), = node.items()
+        keys.append(key)
+    return keys
+
+
+def _merged_toml(existing: str, name: str, block: str) -> str:
+    """``existing`` (Codex's TOML) with the tables of server ``name``, its subtables (``env``...) too, replaced by ``block``.
+    A ``ValueError`` where ``existing`` is not TOML, or defines the server in a form that leaves the merge invalid (an
+    inline table, dotted keys)."""
+    try:
+        tomllib.loads(existing)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"it is not TOML: {exc}") from None
+    out, skipping = [], False
+    for line in existing.splitlines(keepends=True):
+        if (keys := _table(line)) is not None:
+            skipping = keys[:2] == ["mcp_servers", name]
+        if not skipping:
+            out.append(line)
+    text = "".join(out)
+    merged = text + ("" if text.endswith("\n") or not text else "\n") + block
+    try:
+        tomllib.loads(merged)
+    except tomllib.TOMLDecodeError as exc:
+        raise ValueError(f"it defines mcp_servers.{name} in a form the merge does not replace (an inline table or dotted "
+                         f"keys), so the merge would not be TOML ({exc}): remove that entry and run this again") from None
+    return merged
 
 
 def config_text(workspace: Workspace, client: str, existing: str | None = None, options: tuple[str, ...] = ()) -> str:
@@ -71,16 +114,7 @@ def config_text(workspace: Workspace, client: str, existing: str | None = None, 
     name, entry = server_entry(workspace, options)
     if client == "codex":
         block = _toml(name, entry, workspace.root)
-        if not existing:
-            return block
-        lines, out, skipping = existing.splitlines(keepends=True), [], False
-        for line in lines:
-            if line.strip().startswith("["):
-                skipping = line.strip() == f"[mcp_servers.{name}]"
-            if not skipping:
-                out.append(line)
-        text = "".join(out)
-        return text + ("" if text.endswith("\n") or not text else "\n") + block
+        return _merged_toml(existing, name, block) if existing else block
     data = loads(existing) if existing else {}
     key = "servers" if client == "vscode" else "mcpServers"
     if not isinstance(data, dict) or not isinstance(data.setdefault(key, {}), dict):

@@ -7,6 +7,7 @@ import shutil
 import sqlite3
 import subprocess
 import sys
+import tomllib
 
 import anyio
 import pytest
@@ -193,14 +194,22 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
     assert tuner("--client", "vscode", "--write").stdout == ".vscode/mcp.json already holds this entry\n"
     assert tuner("--client", "codex").stdout.startswith("[mcp_servers.tensor-plan-server]\ncommand = ")     # printed, not merged
     (workspace / ".codex").mkdir()
-    theirs = '[mcp_servers.other]\ncommand = "x"\n\n[mcp_servers.tensor-plan-server]\ncommand = "old"\n\n[profile]\nmodel = "m"'
+    theirs = ('[mcp_servers.other]\ncommand = "x"\n\n[mcp_servers.tensor-plan-server]\ncommand = "old"\n\n'
+              '[mcp_servers."tensor-plan-server".env]  # its subtable, quoted\nTOKEN = "t"\n\n[profile]\nmodel = "m"')
     (workspace / ".codex" / "config.toml").write_text(theirs)                 # the user's last line has no newline
     assert tuner("--client", "codex", "--write").returncode == 0
     assert tuner("--client", "codex", "--write").returncode == 0
     toml = (workspace / ".codex" / "config.toml").read_text()
     kept = '[mcp_servers.other]\ncommand = "x"\n\n[profile]\nmodel = "m"\n[mcp_servers.tensor-plan-server]\n'
     assert toml.startswith(kept) and toml.count("[mcp_servers.tensor-plan-server]") == 1 and f'cwd = "{workspace}"' in toml
-    assert 'command = "old"' not in toml
+    servers = tomllib.loads(toml)["mcp_servers"]                            # TOML still: the old env table went with its server
+    assert servers["other"] == {"command": "x"} and servers["tensor-plan-server"]["env"] == {}, toml
+    for theirs, why in (('[mcp_servers]\ntensor-plan-server = { command = "old" }\n', "in a form the merge does not replace"),
+                        ("model = \n", "it is not TOML: Invalid value (at line 1, column 9)")):
+        (workspace / ".codex" / "config.toml").write_text(theirs)
+        refused = tuner("--client", "codex", "--write")
+        assert refused.returncode == 2 and why in refused.stderr and len(refused.stderr.splitlines()) == 1, refused
+        assert (workspace / ".codex" / "config.toml").read_text() == theirs
     manifest = workspace / ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json"
     data = json.loads(manifest.read_text())
     data["mcpServers"]["tensor-plan-server"]["env"] = {"OMP_NUM_THREADS": "1"}
