@@ -21,7 +21,7 @@ from typing import Any
 from tuner.history import OUTAGE_S, parsed_url, resolve_url
 from tuner.mcp_client import manifest_command
 from tuner.service import Context
-from tuner.workspace import MANIFEST, PLAN_FILE, SERVER_NAME, Workspace, atomic_write, loads
+from tuner.workspace import MANIFEST, PLAN_FILE, SERVER_NAME, Workspace, atomic_write, json_reason, loads
 
 CLIENT_FILES = {"claude": ".mcp.json", "vscode": ".vscode/mcp.json", "codex": ".codex/config.toml"}
 
@@ -115,7 +115,12 @@ def config_text(workspace: Workspace, client: str, existing: str | None = None, 
     if client == "codex":
         block = _toml(name, entry, workspace.root)
         return _merged_toml(existing, name, block) if existing else block
-    data = loads(existing) if existing else {}
+    try:
+        data = loads(existing) if existing else {}
+    except ValueError as exc:
+        comments = ", and a merge would drop the comments VS Code allows" if client == "vscode" else ""
+        raise ValueError(f"it is not JSON ({json_reason(exc)}{comments}): add the entry that "
+                         f"'python -m tuner mcp install --client {client}' prints by hand") from None
     key = "servers" if client == "vscode" else "mcpServers"
     if not isinstance(data, dict) or not isinstance(data.setdefault(key, {}), dict):
         raise ValueError(f"it is not a JSON object whose {key!r} is an object")

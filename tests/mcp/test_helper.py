@@ -210,6 +210,13 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
         refused = tuner("--client", "codex", "--write")
         assert refused.returncode == 2 and why in refused.stderr and len(refused.stderr.splitlines()) == 1, refused
         assert (workspace / ".codex" / "config.toml").read_text() == theirs
+    commented = '{\n  // mine\n  "servers": {}\n}\n'                   # VS Code reads comments; a merge would drop them
+    (workspace / ".vscode" / "mcp.json").write_text(commented)
+    refused = tuner("--client", "vscode", "--write")
+    assert refused.returncode == 2 and len(refused.stderr.splitlines()) == 1, refused
+    assert "it is not JSON (Expecting property name enclosed in double quotes, and a merge would drop the comments" in refused.stderr
+    assert "'python -m tuner mcp install --client vscode' prints by hand" in refused.stderr
+    assert (workspace / ".vscode" / "mcp.json").read_text() == commented
     manifest = workspace / ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json"
     data = json.loads(manifest.read_text())
     data["mcpServers"]["tensor-plan-server"]["env"] = {"OMP_NUM_THREADS": "1"}
