@@ -503,11 +503,12 @@ def search_plans(ctx: Context, strategy: str = "quick", max_evals: int = 500, ti
 def remeasure_failures(ctx: Context, reason: str | None = None, max_evals: int | None = None,
                        time_s: float | None = None) -> dict[str, Any]:
     """Run the program again on the configurations whose recorded runs failed in the search's mode (a crash, no time,
-    an error it reported, a run killed at the time limit), or only those whose last recorded reason holds ``reason``,
-    as after mending what made them fail (a busy or missing GPU, a full disk): each new result takes the failure's
-    place in the history, where every later search and read finds it. A round (a study of its own) measures each such
-    failure once, in the order of their hashes; one stopped by ``max_evals``, ``time_s`` or a signal resumes, and a
-    call after a finished round starts the next."""
+    an error it reported, a run killed at the time limit), or only those whose last recorded reason holds ``reason``
+    (as kept, or on one line as a search's ``failure_reasons`` show it: its first and last lines), as after mending
+    what made them fail (a busy or missing GPU, a full disk): each new result takes the failure's place in the
+    history, where every later search and read finds it. A round (a study of its own) measures each such failure
+    once, in the order of their hashes; one stopped by ``max_evals``, ``time_s`` or a signal resumes, and a call after
+    a finished round starts the next."""
     if not runs_program(ctx.objective):
         raise ServiceError(f"{ctx.objective.label} gives each configuration the same value every time: only a program's "
                            "failed runs are measured again (--objective command or command:PROGRAM runs one)")
@@ -519,7 +520,8 @@ def remeasure_failures(ctx: Context, reason: str | None = None, max_evals: int |
     with closing(History(ctx.history_url, read_only=True, log=ctx.log, outage_s=ctx.outage_s)) as history:   # a refusal writes nothing
         history.adopt(ctx.objective)                    # an edited space's failures under the earlier one, in memory
         failures = {h: why for h, (value, why) in history.failures(name, mode)[1].items() if value is None}
-        failed = {h for h, why in failures.items() if reason is None or reason in (why or "")}
+        failed = {h for h, why in failures.items()      # the reason as kept, or on one line as failure_reasons show it
+                  if reason is None or (why is not None and (reason in why or reason in brief(why)))}
         if not failed:
             which = f"failed run of {name}" + (f" whose reason holds {quoted(reason)}" if reason is not None else "")
             said = _studies_elsewhere(ctx, history)

@@ -790,6 +790,29 @@ def test_failures_the_machine_caused_are_measured_again_and_their_times_replace_
     assert len(runs()) == 21
 
 
+def test_a_failure_reason_as_a_search_shows_it_picks_the_failures_to_measure_again(kernel, tmp_path):
+    """A program's stderr of several lines (a traceback) shows on one line in failure_reasons, its first and last lines
+    joined by ' ... ', and remeasure_failures --reason takes a reason as they show it: that line matched no failure,
+    as it is no part of the reason the history keeps."""
+    broken = tmp_path / "broken"
+    (kernel / "bench.py").write_text(
+        f"import json, os, sys\nc = json.load(sys.stdin)\n"
+        f"if c['bx'] == 64 and os.path.exists({str(broken)!r}):\n    raise ValueError('no device')\nprint(c['bx'] / 32)\n")
+    (kernel / "grid.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "bx", "Values": "[32 * i for i in range(1, 5)]"}]}}))
+    common = ("--objective", "command:bench.py", "--space", "grid.t1.json", "--json")
+    broken.touch()
+    out = _tuner(kernel, *common, "bounded_exhaustive_search", "--profile", "all")
+    assert out.returncode == 0, out.stderr
+    (shown, count), = json.loads(out.stdout)["failure_reasons"].items()
+    assert count == 1 and shown == "bench.py exited 1: Traceback (most recent call last): ... ValueError: no device", shown
+    broken.unlink()
+    out = _tuner(kernel, *common, "remeasure_failures", "--reason", shown)
+    assert out.returncode == 0, out.stderr
+    again = json.loads(out.stdout)
+    assert (again["new_evaluations"], again["failed"], again["best"]["plan"], again["best"]["time"]) == (1, 0, {"bx": 64}, 2.0), again
+
+
 def test_measuring_failures_again_by_reason_leaves_a_run_killed_at_a_shorter_timeout_alone(kernel, tmp_path):
     """Under a longer --timeout-s a run killed at a shorter one counts as not measured yet, for any search: a round of
     remeasure_failures --reason measured it too, though its reason does not hold the text."""
