@@ -131,6 +131,17 @@ async def test_a_refusal_reaches_the_client_in_its_own_words_and_a_bug_by_its_cl
             assert result.is_error and result.content[0].text == f"Error executing tool {tool}: {expected}"
 
 
+@pytest.mark.anyio
+async def test_a_result_that_does_not_fit_its_schema_is_a_bug_not_the_arguments_fault(workspace, monkeypatch):
+    """The SDK raises a result its tool's schema refuses as a pydantic error too, as it does arguments that do not fit;
+    only the arguments' are told as such, naming each argument (a bug's result would be blamed on an argument)."""
+    monkeypatch.setattr(service, "rank_experiments", lambda ctx: {"ranking": "not a list"})
+    async with Client(build(workspace)) as client:
+        result = await client.call_tool("rank_experiments", {})
+    text = " ".join(getattr(c, "text", "") for c in result.content)
+    assert result.is_error and text == "Error executing tool rank_experiments", text
+
+
 def test_record_result_writes_only_a_result_file(workspace):
     ctx = service.Context.create(workspace, tool="record_result")
     protected = ["kernel_plan.json", ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json", "studies/iteration3_dev_core.json",
