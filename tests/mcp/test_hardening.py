@@ -142,6 +142,34 @@ async def test_a_result_that_does_not_fit_its_schema_is_a_bug_not_the_arguments_
     assert result.is_error and text == "Error executing tool rank_experiments", text
 
 
+@pytest.mark.anyio
+async def test_a_search_called_without_a_time_budget_gets_50_seconds_and_its_default_evaluations(workspace, monkeypatch):
+    """A client waits 60 s for an answer unless told otherwise, so a search called without ``time_s`` is given 50 s;
+    one given a budget gets it, and ``max_evals`` given as null is the tool's default. (The service functions are spied
+    on: they record what they were given and refuse.)"""
+    from tuner.mcp_server import DEFAULT_SEARCH_SECONDS
+
+    given: list[tuple[str, dict]] = []
+
+    def spy(name):
+        def refuse(ctx, **kwargs):
+            given.append((name, kwargs))
+            raise service.ServiceError("recorded")
+        return refuse
+
+    calls = {"local_neighborhood_search": {}, "search_plans": {}, "bounded_exhaustive_search": {"profile": "all"}}
+    for name in calls:
+        monkeypatch.setattr(service, name, spy(name))
+    async with Client(build(workspace)) as client:
+        for name, arguments in calls.items():
+            for budget in ({}, {"time_s": 7.5, "max_evals": None}):      # an explicit null: the default too
+                assert (await client.call_tool(name, arguments | budget)).is_error
+    assert DEFAULT_SEARCH_SECONDS == 50.0
+    assert [(name, kwargs["time_s"]) for name, kwargs in given] == [(name, s) for name in calls for s in (50.0, 7.5)]
+    evals = {"local_neighborhood_search": 2000, "search_plans": 500, "bounded_exhaustive_search": None}
+    assert [kwargs["max_evals"] for _, kwargs in given] == [evals[name] for name in calls for _ in range(2)]
+
+
 def test_record_result_writes_only_a_result_file(workspace):
     ctx = service.Context.create(workspace, tool="record_result")
     protected = ["kernel_plan.json", ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json", "studies/iteration3_dev_core.json",
