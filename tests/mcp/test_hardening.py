@@ -170,6 +170,15 @@ async def test_a_search_called_without_a_time_budget_gets_50_seconds_and_its_def
     assert [kwargs["max_evals"] for _, kwargs in given] == [evals[name] for name in calls for _ in range(2)]
 
 
+@pytest.mark.anyio
+async def test_record_result_over_mcp_records_the_tools_the_agent_names_as_used(workspace):
+    async with Client(build(workspace)) as client:
+        result = await client.call_tool("record_result", {"path": RESULT, "used": ["my_agent_tool"]})
+    assert not result.is_error, result.content
+    written = json.loads((workspace / RESULT).read_text())["used_harness_tools"]
+    assert written == result.structured_content["used_harness_tools"] and "my_agent_tool" in written, written
+
+
 def test_record_result_writes_only_a_result_file(workspace):
     ctx = service.Context.create(workspace, tool="record_result")
     protected = ["kernel_plan.json", ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json", "studies/iteration3_dev_core.json",
