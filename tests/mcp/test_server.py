@@ -131,6 +131,15 @@ async def test_long_search_reports_progress(workspace):
     assert seen and seen[-1][1] == 1_990_656
 
 
+def test_a_server_for_a_folder_without_a_plan_refuses_to_start_in_one_line(tmp_path):
+    (tmp_path / "studies").mkdir()                                          # a folder, but no kernel_plan.json to serve
+    out = subprocess.run([sys.executable, "-m", "tuner.mcp_server", "--workspace", str(tmp_path)], stdin=subprocess.DEVNULL,
+                         capture_output=True, text=True, env=child_env(), timeout=120)
+    assert out.returncode == 2 and out.stdout == "", out
+    assert out.stderr == f"tensor_plan_server: error: no kernel_plan.json in {tmp_path.resolve()}\n"
+    assert [p.name for p in tmp_path.iterdir()] == ["studies"] and not any((tmp_path / "studies").iterdir())
+
+
 def test_self_test_passes_and_says_which_tools_fail(workspace):
     import subprocess
 
