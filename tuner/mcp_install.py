@@ -76,10 +76,7 @@ def _table(line: str) -> list[str] | None:
     except tomllib.TOMLDecodeError:                     # a line of a multi-line array
         return None
     keys = []
-    while node:
-        if isinstance(node, list):                      # an array of tables: its one table
-            node = node[0]
-            continue
+    while isinstance(node, dict) and node:              # an array of tables ends in a list
         (key, node), = node.items()
         keys.append(key)
     return keys

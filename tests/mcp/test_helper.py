@@ -192,10 +192,12 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
     merged = json.loads((workspace / ".vscode" / "mcp.json").read_text())["servers"]
     assert set(merged) == {"other", "tensor-plan-server"} and merged["tensor-plan-server"]["type"] == "stdio"
     assert tuner("--client", "vscode", "--write").stdout == ".vscode/mcp.json already holds this entry\n"
-    assert tuner("--client", "codex").stdout.startswith("[mcp_servers.tensor-plan-server]\ncommand = ")     # printed, not merged
+    printed = tuner("--client", "codex").stdout
+    assert printed.startswith("[mcp_servers.tensor-plan-server]\ncommand = ") and "\nenv = {}\n" in printed   # not merged
     (workspace / ".codex").mkdir()
-    theirs = ('[mcp_servers.other]\ncommand = "x"\n\n[mcp_servers.tensor-plan-server]\ncommand = "old"\n\n'
-              '[mcp_servers."tensor-plan-server".env]  # its subtable, quoted\nTOKEN = "t"\n\n[profile]\nmodel = "m"')
+    theirs = ('[mcp_servers.other]\ncommand = "x"\n\n[mcp_servers.tensor-plan-server]\ncommand = "old"\nargs = [\n  ["-v"],\n]\n\n'
+              '[mcp_servers."tensor-plan-server".env]  # its subtable, quoted\nTOKEN = "t"\n\n'
+              '[[mcp_servers.tensor-plan-server.tools]]\nname = "a"\n\n[profile]\nmodel = "m"')
     (workspace / ".codex" / "config.toml").write_text(theirs)                 # the user's last line has no newline
     assert tuner("--client", "codex", "--write").returncode == 0
     assert tuner("--client", "codex", "--write").returncode == 0
