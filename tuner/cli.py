@@ -314,6 +314,12 @@ def _scalar(value: Any) -> str:
     return "-" if value is None else str(value).lower() if isinstance(value, bool) else str(value).strip("\r\n")
 
 
+def _word(item: Any) -> bool:
+    """Whether a list's item goes on one line with the others: a number, a boolean, ``None`` or a text with no space or
+    comma in it (a sentence, or a list of them, goes on a line of its own)."""
+    return not isinstance(item, dict | list) and not (isinstance(item, str) and any(mark in item.strip() for mark in " ,"))
+
+
 def readable(value: Any, indent: int = 0) -> list[str]:
     """``value`` (a tool's result) as indented ``key: value`` lines; a list of numbers or words on one line, of
     objects or sentences (a text with a space or a comma) as items; a text of several lines as its lines, indented
@@ -330,8 +336,7 @@ def readable(value: Any, indent: int = 0) -> list[str]:
                 lines.append(f"{pad}{key}: {_scalar(item) if not isinstance(item, dict | list) else '-'}")
         return lines
     if isinstance(value, list):
-        if all(not isinstance(item, dict | list) and not (isinstance(item, str) and any(mark in item.strip() for mark in " ,"))
-               for item in value):
+        if all(_word(item) for item in value):
             return [f"{pad}{', '.join(_scalar(item) for item in value)}"]
         lines = []
         for item in value:

@@ -62,9 +62,10 @@ def server_options(args: argparse.Namespace) -> tuple[str, ...]:
 
 
 def _toml(name: str, entry: dict[str, Any], cwd: Path) -> str:
-    env = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in entry["env"].items())
+    pairs = ", ".join(f"{json.dumps(k)} = {json.dumps(v)}" for k, v in entry["env"].items())
+    env = f"{{ {pairs} }}" if pairs else "{}"
     return (f"[mcp_servers.{name}]\ncommand = {json.dumps(entry['command'])}\nargs = {json.dumps(entry['args'])}\n"
-            f"env = {{{f' {env} ' if env else ''}}}\ncwd = {json.dumps(str(cwd))}\n")
+            f"env = {env}\ncwd = {json.dumps(str(cwd))}\n")
 
 
 def _table(line: str) -> list[str] | None:
