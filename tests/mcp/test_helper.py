@@ -204,8 +204,9 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
     toml = (workspace / ".codex" / "config.toml").read_text()
     kept = '[mcp_servers.other]\ncommand = "x"\n\n[profile]\nmodel = "m"\n[mcp_servers.tensor-plan-server]\n'
     assert toml.startswith(kept) and toml.count("[mcp_servers.tensor-plan-server]") == 1 and f'cwd = "{workspace}"' in toml
-    servers = tomllib.loads(toml)["mcp_servers"]                            # TOML still: the old env table went with its server
-    assert servers["other"] == {"command": "x"} and servers["tensor-plan-server"]["env"] == {}, toml
+    servers = tomllib.loads(toml)["mcp_servers"]               # TOML still: the old env and tools tables went with their server
+    assert servers["other"] == {"command": "x"} and set(servers["tensor-plan-server"]) == {"command", "args", "env", "cwd"}, toml
+    assert servers["tensor-plan-server"]["env"] == {} and servers["tensor-plan-server"]["args"][0].endswith("tensor_plan_server.py")
     for theirs, why in (('[mcp_servers]\ntensor-plan-server = { command = "old" }\n', "in a form the merge does not replace"),
                         ("model = \n", "it is not TOML: Invalid value (at line 1, column 9)")):
         (workspace / ".codex" / "config.toml").write_text(theirs)
