@@ -51,6 +51,10 @@ def test_one_telemetry_record_per_call_and_exit_codes(workspace):
     first = records[0]
     assert first["server"] == "tensor-plan-server" and first["tool"] == "run_objective" and first["arguments"] == {"mode": "dev"}
     assert first["duration_s"] > 0 and "best_cycles" in first["summary"] and first["time"].endswith("+00:00")
+    manifest = workspace / ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json"
+    manifest.rename(manifest.with_suffix(".off"))                                   # no manifest: no server to name
+    rc, _, err = call(workspace, "run_objective", "{}")
+    assert rc == 2 and err == "mcp_call.py: error: unknown server 'tensor-plan-server'; servers in .harnessgym/mcp: none\n", err
 
 
 def test_the_helper_called_from_another_folder_starts_the_server_of_its_workspace_or_the_one_named(workspace, tmp_path):
@@ -223,8 +227,11 @@ def test_mcp_install_prints_and_merges_client_configs(workspace):
     manifest = workspace / ".harnessgym/mcp/tensor-plan-server/harnessgym-mcp.json"
     data = json.loads(manifest.read_text())
     data["mcpServers"]["tensor-plan-server"]["env"] = {"OMP_NUM_THREADS": "1"}
-    manifest.write_text(json.dumps(data))
-    assert json.loads(tuner("--client", "claude").stdout)["mcpServers"]["tensor-plan-server"]["env"] == {"OMP_NUM_THREADS": "1"}
+    for command, started in (("python", sys.executable), ("/opt/tools/bin/python3.11", "/opt/tools/bin/python3.11")):
+        data["mcpServers"]["tensor-plan-server"]["command"] = command          # a bare python is this interpreter too
+        manifest.write_text(json.dumps(data))
+        entry = json.loads(tuner("--client", "claude").stdout)["mcpServers"]["tensor-plan-server"]
+        assert entry["env"] == {"OMP_NUM_THREADS": "1"} and entry["command"] == started, entry
     shutil.rmtree(workspace / ".harnessgym")          # a workspace of the installed package: this interpreter's module serves it
     plain = tuner("--client", "claude", options=("--outage-s", "90"))
     assert json.loads(plain.stdout)["mcpServers"]["tensor-plan-server"] == {
