@@ -26,7 +26,7 @@ from tuner import gate, noise, package_version
 from tuner.claims import studies_at_work
 from tuner.history import History, resolve_url, sqlite_file
 from tuner.objectives import Objective
-from tuner.objectives.base import brief, reason_group, runs_program, value_key
+from tuner.objectives.base import brief, reason_group, ruled_out, runs_program, value_key
 from tuner.objectives.builtin import BuiltinObjective
 from tuner.objectives.cache import T4_VERSION, CacheObjective, t4_result
 from tuner.objectives.command import CommandObjective, ProgramObjective, repeats_of
@@ -276,8 +276,8 @@ def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
         raise ServiceError(f"configuration file {quoted(ref)} cannot be read as JSON: {json_reason(exc)}") from None
     try:
         return space.validate(data, "configuration"), ref
-    except SpaceError as exc:
-        raise ServiceError(f"configuration file {quoted(ref)}: {exc}") from None
+    except SpaceError as exc:                           # invalid, as an inline one is (validate_plan tells it)
+        raise SpaceError(f"configuration file {quoted(ref)}: {exc}") from None
 
 
 def _measure(ctx: Context, plan: Plan, recorded: bool = False) -> dict[str, dict[str, Any]]:
@@ -356,14 +356,18 @@ def repeated_evaluation(ctx: Context, candidate: str | dict[str, Any], against: 
 
 
 def validate_plan(ctx: Context, plan: str | dict[str, Any] | None = None) -> dict[str, Any]:
-    """Whether a plan is valid (schema) and feasible in each mode, with the reasons when not."""
-    ctx.tensor_plan_only("validate_plan")
+    """Whether a plan is valid (schema) and feasible in each mode, with the reasons when not, running nothing: for the
+    tensor plan the model's limits, for another problem the space's restrictions (the ones it fails named)."""
     try:
         resolved, label = _plan(ctx, plan)
-    except PlanError as exc:
+    except SpaceError as exc:                       # a plan that breaks the schema, or a configuration its space's knobs
         return {"valid": False, "error": str(exc)}
-    reasons = {m: infeasibility(resolved, m) for m in MODES}
-    return {"valid": True, "plan_source": label, "plan_hash": plan_hash(resolved), "plan": resolved,
+    if ctx.is_plan:
+        reasons = {m: infeasibility(resolved, m) for m in MODES}
+    else:
+        row = ctx.objective.space.encode(resolved)
+        reasons = dict.fromkeys(ctx.objective.modes, None if ctx.objective.feasible(row[None])[0] else ruled_out(ctx.objective.space, row))
+    return {"valid": True, "plan_source": label, "plan_hash": ctx.objective.space.hash(resolved), "plan": resolved,
             "feasible": {m: r is None for m, r in reasons.items()}, "reasons": {m: r for m, r in reasons.items() if r}}
 
 

@@ -258,6 +258,10 @@ class Space:
         evaluated again row by row, as Python would."""
         return self._passes(self.conditions, idx)
 
+    def failed(self, row: np.ndarray) -> tuple[str, ...]:
+        """The restrictions that the configuration ``row`` (an index vector) fails, in the space's order."""
+        return tuple(c for c in self.conditions if not self._passes((c,), row)[0])
+
     def uniform(self, count: int, rng: np.random.Generator) -> np.ndarray:
         """``count`` configurations (index vectors) uniformly at random over the whole space, restrictions aside."""
         return np.stack([rng.integers(0, size, count) for size in self.sizes], axis=1).astype(np.int16)

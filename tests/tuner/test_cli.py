@@ -469,10 +469,11 @@ def test_a_closed_pipe_ends_quietly(workspace):
     assert process.wait(timeout=120) == 0 and "Traceback" not in err and "BrokenPipe" not in err, err
 
 
-TENSOR_PLAN_ONLY = {"trace_summary", "validate_plan", "apply_candidate", "apply_best_verified", "rollback",
+TENSOR_PLAN_ONLY = {"trace_summary", "apply_candidate", "apply_best_verified", "rollback",
                     "export_candidate_fixture", "record_result"}
 COMMAND_ARGS = {"repeated_evaluation": ["--candidate", "best.json", "--repeats", "2"], "candidate_diff": ["--candidate", "best.json"],
                 "benchmark_plan": ["--plan", "best.json", "--repeats", "2"], "run_objective": ["--plan", "best.json"],
+                "validate_plan": ["--plan", "best.json"],
                 "search_plans": ["--max-evals", "4"], "local_neighborhood_search": ["--max-evals", "4"],
                 "bounded_exhaustive_search": ["--profile", "all"], "export_candidate_fixture": ["--name", "copy"],
                 "apply_candidate": ["--plan", "best.json"], "run": ["--time-s", "60"]}
@@ -653,6 +654,8 @@ def test_every_command_works_on_another_problem_or_says_it_is_for_the_tensor_pla
         assert "cycles" not in out and "dev" not in result, (command, out)
         if command in ("benchmark_plan", "run_objective"):
             assert (result["reports"]["time"] if command == "benchmark_plan" else result)["time_ms"] == 2.0
+        if command == "validate_plan":
+            assert result["valid"] and result["feasible"] == {"time": True} and result["plan"] == {"bx": 32, "tile": 1}, out
         if command == "remeasure_failures":                                # the failed run, measured again
             assert result["failure_reasons"] == {} and result["best"]["plan"] == {"bx": 128, "tile": 2}, out
         if command == "compare_history":                                  # no plan file: the default is the baseline

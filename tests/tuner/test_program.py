@@ -94,13 +94,32 @@ def test_a_program_measures_every_configuration_and_the_searches_find_its_best(k
     assert sorted(p.name for p in kernel.iterdir()) == ["bench.py", "failed.json", "space.t1.json", "studies"]
 
 
-def test_a_configuration_the_restrictions_rule_out_is_reported_so_and_never_run(kernel):
+def test_a_configuration_the_restrictions_rule_out_is_reported_so_with_the_ones_it_fails_and_never_run(kernel):
+    """Scoring or validating a configuration the space rules out names the restrictions it fails, among several, and
+    runs nothing; validate_plan checks a configuration of any space, exit status 1 only where it is invalid."""
     (kernel / "logged.py").write_text(LOGGED.format(log=str(kernel / "runs.log")))
-    (kernel / "wide.json").write_text(json.dumps({"bx": 160, "tile": 8, "layout": "col"}))       # 1280 > 640
-    out = _tuner(kernel, "--objective", "command:logged.py", "--space", "space.t1.json", "--json", "run_objective", "--plan", "wide.json")
+    (kernel / "two.t1.json").write_text(json.dumps({"ConfigurationSpace": dict(
+        T1["ConfigurationSpace"], Conditions=[*T1["ConfigurationSpace"]["Conditions"], {"Expression": "layout == 'col' or tile < 8"},
+                                              {"Expression": "bx >= 64"}])}))
+    (kernel / "wide.json").write_text(json.dumps({"bx": 160, "tile": 8, "layout": "row"}))       # 1280 > 640, row with 8
+    problem = ("--objective", "command:logged.py", "--space", "two.t1.json", "--json")
+    out = _tuner(kernel, *problem, "run_objective", "--plan", "wide.json")
     assert out.returncode == 0, out.stderr
     report = json.loads(out.stdout)
-    assert report["feasible"] is False and report["reason"] == RULED_OUT and report["time_ms"] is None
+    failed = f"{RULED_OUT}: 'bx * tile <= 640', \"layout == 'col' or tile < 8\""
+    assert report["feasible"] is False and report["reason"] == failed and report["time_ms"] is None
+    out = _tuner(kernel, *problem, "validate_plan", "--plan", "wide.json")
+    assert out.returncode == 0 and json.loads(out.stdout) == {
+        "valid": True, "plan_source": "wide.json", "plan_hash": json.loads(out.stdout)["plan_hash"],
+        "plan": {"bx": 160, "tile": 8, "layout": "row"}, "feasible": {"time": False}, "reasons": {"time": failed}}, out.stdout
+    out = _tuner(kernel, *problem, "validate_plan", "--plan", json.dumps(CONFIG))
+    assert out.returncode == 0 and json.loads(out.stdout)["feasible"] == {"time": True} and json.loads(out.stdout)["reasons"] == {}
+    (kernel / "typo.json").write_text(json.dumps({"bx": 160, "tile": 8, "layot": "row"}))
+    for plan, error in (('{"bx": 160, "tile": 3, "layout": "row"}', "knob 'tile': value 3 is not allowed"),
+                        ("typo.json", "configuration file 'typo.json': unknown knob 'layot'")):
+        out = _tuner(kernel, *problem, "validate_plan", "--plan", plan)
+        result = json.loads(out.stdout)
+        assert out.returncode == 1 and out.stderr == "" and result["valid"] is False and error in result["error"], out
     assert not (kernel / "runs.log").exists()
 
 

@@ -653,13 +653,13 @@ def test_a_measurement_the_space_file_rules_out_has_no_value_and_is_never_the_be
     out = _cli(*given, "run", cwd=tmp_path)
     assert out.returncode == 0, out.stderr
     result = json.loads(out.stdout)
-    assert result["baseline"]["time"] is None and result["baseline"]["reason"] == RULED_OUT
+    assert result["baseline"]["time"] is None and result["baseline"]["reason"] == f"{RULED_OUT}: 'bx > 32'"
     assert result["best"]["time"] == 3.0 and result["of_optimum"] == 1.0                  # (64, 1), the best the space allows
     assert json.loads((tmp_path / "results" / "tuner_run_best.json").read_text()) == {"bx": 64, "tile": 1}
     compared = json.loads(_cli(*given, "compare_history", cwd=tmp_path).stdout)
     assert compared["best_verified"]["plan"] == {"bx": 64, "tile": 1} and not compared["current_is_best"]
     scored = json.loads(_cli(*given, "run_objective", cwd=tmp_path).stdout)
-    assert not scored["feasible"] and scored["reason"] == RULED_OUT and scored["time_ms"] is None
+    assert not scored["feasible"] and scored["reason"] == f"{RULED_OUT}: 'bx > 32'" and scored["time_ms"] is None
 
     toy_cache(tmp_path, {(32, 1): 1.0, (32, 2): "InvalidConfig"}, name="one.json")
     before = sorted(p.name for p in tmp_path.iterdir())

@@ -36,6 +36,11 @@ def reason_group(reason: str | None) -> str:
     return brief(reason)[:REASON_CHARS]
 
 
+def ruled_out(space: Space, row: np.ndarray) -> str:
+    """Why ``space``'s restrictions rule the configuration ``row`` out: :data:`RULED_OUT` and the restrictions it fails."""
+    return f"{RULED_OUT}: {', '.join(map(repr, space.failed(row)))}"
+
+
 def value_key(mode: str, unit: str) -> str:
     """The key of a measured problem's value in its report: its mode and unit (``time_ms``: a time in ms)."""
     return f"{mode}_{unit}"

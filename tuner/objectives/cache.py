@@ -25,7 +25,7 @@ from typing import Any
 
 import numpy as np
 
-from tuner.objectives.base import MODE_CHARS, RULED_OUT, TIME, Evaluations, as_float, brief, value_key
+from tuner.objectives.base import MODE_CHARS, RULED_OUT, TIME, Evaluations, as_float, brief, ruled_out, value_key
 from tuner.space import Config, Space, SpaceError, load_space, read_json, read_stored, space_from_cache, space_from_tune_params
 
 MODE = TIME
@@ -231,7 +231,7 @@ class CacheObjective:
         if key in self._time:
             return None
         if not self.space.allowed(np.asarray(row)[None])[0]:
-            return RULED_OUT
+            return ruled_out(self.space, row)
         return self._reason.get(key, NOT_MEASURED)
 
     def evaluate(self, idx: np.ndarray, mode: str = MODE) -> Evaluations:

@@ -35,7 +35,7 @@ from typing import IO, Any
 
 import numpy as np
 
-from tuner.objectives.base import RULED_OUT, TIME, Evaluations, ObjectiveError, TimedOut, as_float, value_key
+from tuner.objectives.base import TIME, Evaluations, ObjectiveError, TimedOut, as_float, ruled_out, value_key
 from tuner.plan import SPACE, decode, plan_json
 from tuner.space import Config, Space
 from tuner.task.suites import MODES
@@ -235,7 +235,7 @@ class _Benchmark:
         allowed = self.feasible(np.asarray(idx))
         for i, row in enumerate(np.asarray(idx)):
             if not allowed[i]:
-                reasons[i] = RULED_OUT
+                reasons[i] = ruled_out(self.space, row)
                 continue
             runs = []
             try:
