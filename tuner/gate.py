@@ -136,7 +136,10 @@ def rollback(workspace: Workspace, backup: str | None = None, dry_run: bool = Tr
         if backup is None:
             found = backups(workspace)
             if not found:
-                raise WorkspaceError(f"no backups in {BACKUP_DIR}: nothing to roll back")
+                undo = sorted((workspace.root / BACKUP_DIR).glob("rolled-back.*.json"))
+                raise WorkspaceError(f"no backups of {PLAN_FILE} in {BACKUP_DIR}: nothing to roll back" + (
+                    f"; the plan the latest rollback replaced is {BACKUP_DIR}/{undo[-1].name} (give it as the backup to undo "
+                    "that rollback)" if undo else ""))
             source = found[-1]
         else:
             source = workspace.path(backup)

@@ -50,15 +50,20 @@ def test_real_apply_backs_up_and_rollback_restores(ctx, workspace):
     assert (workspace / undone["kept"]).read_text() == applied               # the plan it replaced, named in the result
     service.rollback(ctx, backup=undone["kept"])                             # undoes the rollback
     assert (workspace / "kernel_plan.json").read_text() == applied
-    service.rollback(ctx)                                                   # the stack holds the first apply's backup
+    last = service.rollback(ctx)                                            # the stack holds the first apply's backup
     assert (workspace / "kernel_plan.json").read_text() == before
-    with pytest.raises(WorkspaceError, match="no backups"):
+    with pytest.raises(WorkspaceError) as empty:                             # the way back from there is named
         service.rollback(ctx)
+    assert str(empty.value) == (f"no backups of kernel_plan.json in {BACKUP_DIR}: nothing to roll back; the plan the latest "
+                                f"rollback replaced is {last['kept']} (give it as the backup to undo that rollback)")
 
 
 def test_rollback_restores_only_from_a_backup(ctx, workspace):
     """A rollback deletes the backup it restores: a file of the workspace that is not a backup (a fixture, the plan
     itself, a file in a folder under the backups) is refused by name, and nothing changes."""
+    with pytest.raises(WorkspaceError) as empty:                             # before any apply
+        service.rollback(ctx)
+    assert str(empty.value) == f"no backups of kernel_plan.json in {BACKUP_DIR}: nothing to roll back"
     service.apply_candidate(ctx, "tensor_plan_attempt1_best", dry_run=False)
     (workspace / BACKUP_DIR / "nested").mkdir()
     (workspace / BACKUP_DIR / "nested" / "old.json").write_text((workspace / "kernel_plan.json").read_text())
