@@ -31,6 +31,7 @@ import numpy as np
 MAX_LENGTH = 2000               # characters of one expression
 MAX_ITEMS = 100_000             # elements of the lists, tuples, strings and ranges one evaluation builds, and loop steps, in all
 MAX_BITS = 4096                 # size of an integer an evaluation may reach
+MAX_EXPONENT = 64               # of a power
 
 _BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
     ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
@@ -248,8 +249,8 @@ class _Interpreter:
         formats = isinstance(node.op, ast.Mod) and isinstance(left, str) and isinstance(right, np.ndarray)   # str % array: a mapping
         if formats or _beside_array(left, right) or not _fits_64_bits(node.op, left, right):
             raise RowWise(f"{type(node.op).__name__} of a list, past 64 bits or formatting a string")
-        if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and right > 64:
-            raise self.refuse(node, "exponent too large")
+        if isinstance(node.op, ast.Pow) and isinstance(right, int | float) and right > MAX_EXPONENT:
+            raise self.refuse(node, f"exponent {right!r} is larger than {MAX_EXPONENT}")
         if isinstance(node.op, ast.Mult) and (isinstance(left, list | tuple | str) or isinstance(right, list | tuple | str)):
             sequence, count = (left, right) if isinstance(left, list | tuple | str) else (right, left)
             if isinstance(count, int) and len(sequence) * count > MAX_ITEMS:

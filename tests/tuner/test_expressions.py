@@ -31,6 +31,7 @@ from tuner.space import space_from_t1
     ("[True, False, None] == [1 > 0, 1 < 0, None]", True),
     ("list(range(True, 3))", [1, 2]),                   # Python's range takes booleans as integers
     ("2 ** -100 * 2 ** 50 * 2 ** 50", 1.0),             # only a large positive exponent is bounded
+    ("3 ** 64", 3 ** 64),                               # the largest
     ("  1 + 1\n", 2),                                   # surrounding blanks, as a file may write them
     ("1" + " " * (MAX_LENGTH - 1), 1),
     (f"len(range({MAX_ITEMS}))", MAX_ITEMS),
@@ -112,7 +113,8 @@ def test_on_arrays_an_operand_is_evaluated_only_where_python_would(text, meaning
     ("list('abc')", "list takes one list, tuple or range"),
     ("list(range(60000)) + list(range(60000))", "builds or steps through more than"),
     ("[0] * 10**9", "too large"),
-    ("2 ** 1000", "exponent too large"),
+    ("2 ** 1000", "exponent 1000 is larger than 64"),
+    ("2 ** 64.5", "exponent 64.5 is larger than 64"),
     ("(10 ** 64) ** 64", "an integer of more than 4096 bits"),
     ("[1] * 100000 * 100000", "builds or steps through more than"),
     ("'a' * 100000 * 2", "repetition too large"),
