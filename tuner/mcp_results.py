@@ -168,7 +168,14 @@ class Change(Strict):
     to: str | int | float
 
 
-class Delta(Strict):
+class Reasons(Strict):
+    """Why a plan of a comparison had no value in a mode, where the objective says."""
+
+    candidate_reason: str | None = Field(None, description="why the candidate had no value (an infeasible plan)")
+    against_reason: str | None = Field(None, description="why the plan it is compared with had no value")
+
+
+class Delta(Reasons):
     from_: Cycles = Field(alias="from")
     to: Cycles
     speedup: float | None
@@ -191,13 +198,11 @@ class BenchmarkPlanResult(Strict):
     repeated: dict[str, Summary] | None = Field(None, description="with repeats: per mode median, spread and interval")
 
 
-class RepeatedMode(Strict):
+class RepeatedMode(Reasons):
     candidate: Summary
     candidate_correct: bool
     against: Summary
     against_correct: bool
-    candidate_reason: str | None = Field(None, description="why the candidate had no value (an infeasible plan)")
-    against_reason: str | None = Field(None, description="why the plan it is compared with had no value")
     comparison: Significance | None = None
 
 

@@ -348,8 +348,7 @@ def repeated_evaluation(ctx: Context, candidate: str | dict[str, Any], against: 
         a, b = cm[m]["samples"], bm[m]["samples"]
         modes[m] = {"candidate": noise.summary(a), "candidate_correct": cm[m]["correct"],
                     "against": noise.summary(b), "against_correct": bm[m]["correct"]}
-        modes[m].update({f"{who}_reason": measured[m]["reason"] for who, measured in (("candidate", cm), ("against", bm))
-                         if "reason" in measured[m]})
+        modes[m].update(_reasons(cm, bm, m))
         if None not in a and None not in b:
             modes[m]["comparison"] = noise.compare(a, b).as_dict()
     return {"candidate": cand_label, "against": base_label, "repeats": repeats, "modes": modes}
@@ -400,14 +399,23 @@ def trace_summary(ctx: Context, plan: str | dict[str, Any] | None = None, mode: 
     return summary
 
 
+def _reasons(candidate: dict[str, dict[str, Any]], against: dict[str, dict[str, Any]], mode: str) -> dict[str, str]:
+    """``candidate_reason`` and ``against_reason`` of two plans' measurements (:func:`tuner.gate.measure`) in ``mode``:
+    why a plan had no value, where the objective says."""
+    return {f"{who}_reason": measured[mode]["reason"] for who, measured in (("candidate", candidate), ("against", against))
+            if "reason" in measured[mode]}
+
+
 def candidate_diff(ctx: Context, candidate: str | dict[str, Any], against: str | dict[str, Any] | None = None) -> dict[str, Any]:
-    """Knobs that differ between ``against`` (default: the current plan) and ``candidate``, and the metric deltas."""
+    """Knobs that differ between ``against`` (default: the current plan) and ``candidate``, and the metric deltas;
+    ``candidate_reason``/``against_reason`` say why a plan had no value in a mode where the objective says."""
     cand, cand_label = _plan(ctx, candidate)
     base, base_label = _plan(ctx, against)
     cm, bm = _measure(ctx, cand), _measure(ctx, base)
-    delta = {m: {"from": bm[m]["best_cycles"], "to": cm[m]["best_cycles"],
-                 "speedup": round(bm[m]["best_cycles"] / cm[m]["best_cycles"], 4)
-                 if bm[m]["best_cycles"] and cm[m]["best_cycles"] else None} for m in ctx.objective.modes}
+    delta = {}
+    for m in ctx.objective.modes:
+        was, now = bm[m]["best_cycles"], cm[m]["best_cycles"]
+        delta[m] = {"from": was, "to": now, "speedup": round(was / now, 4) if was and now else None, **_reasons(cm, bm, m)}
     return {"candidate": cand_label, "against": base_label, "changes": ctx.objective.space.diff(base, cand), "metrics": delta,
             "candidate_correct": {m: cm[m]["correct"] for m in ctx.objective.modes}}
 

@@ -109,12 +109,19 @@ async def test_every_tool_with_valid_then_bad_arguments(workspace):
 
 @pytest.mark.anyio
 async def test_results_match_the_cli_objects(workspace):
+    from conftest import OVERFLOWING
+
     from tuner import service
 
+    crowded = json.loads((workspace / "kernel_plan.json").read_text()) | OVERFLOWING        # a plan that cannot run: reasons
     async with Client(params(workspace)) as client:
         result = await client.call_tool("run_objective", {"mode": "dev", "plan": "tensor_plan_attempt1_best"})
+        diff = await client.call_tool("candidate_diff", {"candidate": crowded})
     direct = service.run_objective(service.Context.create(workspace), "dev", "tensor_plan_attempt1_best")
     assert result.structured_content == json.loads(json.dumps(direct))
+    direct = service.candidate_diff(service.Context.create(workspace), crowded)
+    assert not diff.is_error and diff.structured_content == json.loads(json.dumps(direct)), diff.content
+    assert all(m["candidate_reason"] for m in diff.structured_content["metrics"].values())
 
 
 @pytest.mark.anyio

@@ -526,13 +526,17 @@ def test_the_history_seeds_run_nothing_and_the_gate_measures_the_one_it_tries(ct
     assert seeds[0]["final"] == ctx.history.cached(*final)[seeds[0]["plan_hash"]].cycles     # the finalists are checked
 
 
-def test_a_diff_with_a_plan_that_cannot_run_names_its_changes_and_gives_no_speedup(ctx, iteration2):
+def test_a_diff_with_a_plan_that_cannot_run_names_its_changes_and_why_and_gives_no_speedup(ctx, iteration2):
     crowded = dict(iteration2, **OVERFLOWING)
     for candidate, against in ((iteration2, crowded), (crowded, iteration2)):
         diff = service.candidate_diff(ctx, candidate, against)
         assert set(diff["changes"]) == {knob for knob, value in OVERFLOWING.items() if iteration2[knob] != value}
         assert all(m["speedup"] is None and (m["from"] is None) != (m["to"] is None) for m in diff["metrics"].values()), diff
         assert diff["candidate_correct"] == {"dev": candidate is iteration2, "final": candidate is iteration2}
+        who = "candidate" if candidate is crowded else "against"
+        assert {mode: set(m) - {"from", "to", "speedup"} for mode, m in diff["metrics"].items()} == {
+            "dev": {f"{who}_reason"}, "final": {f"{who}_reason"}}, diff
+        assert all(m[f"{who}_reason"] == ctx.objective.report(crowded, mode)["reason"] for mode, m in diff["metrics"].items())
 
 
 def test_a_diff_measures_both_plans_whatever_the_history_holds_of_them(ctx, iteration2):

@@ -108,6 +108,8 @@ def test_a_configuration_the_restrictions_rule_out_is_reported_so_with_the_ones_
     report = json.loads(out.stdout)
     failed = f"{RULED_OUT}: 'bx * tile <= 640', \"layout == 'col' or tile < 8\""
     assert report["feasible"] is False and report["reason"] == failed and report["time_ms"] is None
+    out = _tuner(kernel, *problem, "candidate_diff", "--candidate", "wide.json")
+    assert out.returncode == 0 and json.loads(out.stdout)["metrics"]["time"]["candidate_reason"] == failed, out
     out = _tuner(kernel, *problem, "validate_plan", "--plan", "wide.json")
     assert out.returncode == 0 and json.loads(out.stdout) == {
         "valid": True, "plan_source": "wide.json", "plan_hash": json.loads(out.stdout)["plan_hash"],
