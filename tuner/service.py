@@ -359,7 +359,7 @@ def validate_plan(ctx: Context, plan: str | dict[str, Any] | None = None) -> dic
     tensor plan the model's limits, for another problem the space's restrictions (the ones it fails named)."""
     try:
         resolved, label = _plan(ctx, plan)
-    except SpaceError as exc:                       # a plan that breaks the schema, or a configuration its space's knobs
+    except SpaceError as exc:                       # knobs that break the space's schema (PlanError: the tensor plan's)
         return {"valid": False, "error": str(exc)}
     if ctx.is_plan:
         reasons = {m: infeasibility(resolved, m) for m in MODES}
