@@ -25,7 +25,7 @@ from typing import Any
 from sqlalchemy.exc import SQLAlchemyError
 
 from tuner import Parser, package_version, positive_number, service, stopping, workers
-from tuner.history import OUTAGE_S, HistoryError, HistoryUnavailable, first_line, shown_url
+from tuner.history import OUTAGE_S, History, HistoryError, HistoryUnavailable, first_line, shown_url
 from tuner.objectives import ObjectiveError
 from tuner.objectives.base import brief
 from tuner.plan import PlanError
@@ -435,14 +435,16 @@ def _arguments(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _run_workers(args: argparse.Namespace, argv: list[str]) -> int:
-    """The search of ``argv`` in ``args.workers`` local processes on one study; the input is checked once, here, by
-    the command itself in a context that only checks (so a bad argument is one line, not one per worker)."""
+    """The search of ``argv`` in ``args.workers`` local processes on one study; the input, and that the history opens,
+    are checked once, here, by the command itself in a context that only checks (so a bad argument is one line, not one
+    per worker). Where no worker gave a result (each failed or was stopped, and said why), none is printed."""
     try:
         ctx = service.Context.create(args.workspace, args.history, args.objective, args.space, tool=args.command, checking=True,
                                      outage_s=args.outage_s)
         try:
             mode = ctx.objective.modes[0]
             COMMANDS[args.command][0](ctx, **_arguments(args))
+            History(ctx.history_url, read_only=True, outage_s=args.outage_s).close()     # opens, writing nothing
         finally:
             ctx.close()
         result, code = workers.run(argv, args.workers, args.worker_env, mode)
@@ -451,7 +453,8 @@ def _run_workers(args: argparse.Namespace, argv: list[str]) -> int:
     except KeyboardInterrupt as exc:
         return _stopped(args.command, exc, "every worker saved its progress")
     _say_signalled_workers(args.command, result)
-    print(json.dumps(result, indent=2) if args.json else "\n".join(readable(result)), flush=True)
+    if any(worker["new_evaluations"] is not None for worker in result["per_worker"]):
+        print(json.dumps(result, indent=2) if args.json else "\n".join(readable(result)), flush=True)
     return code
 
 

@@ -454,6 +454,23 @@ def test_a_worker_that_fails_fails_the_main_job_with_one_line_of_its_own(workspa
                                     "for the reason it gave above")
 
 
+def test_a_search_whose_every_worker_failed_prints_no_result(workspace):
+    """Each worker said why; the combined result of none (study, strategy and best all null) was printed beneath."""
+    proc = _tuner(workspace, f"sqlite:///{workspace / 'h.db'}", "search_plans", "--workers", "2", "--worker-env",
+                  "PYTHONHOME=/nowhere/{slot}")
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode == 1 and out == "" and "/nowhere/0" in err and "/nowhere/1" in err, (out, err)
+
+
+def test_a_history_that_cannot_be_opened_is_refused_once_before_any_worker_starts(workspace):
+    """Each worker refused it, on its own line, under an empty combined result."""
+    (workspace / "h.db").write_text("not a database\n")
+    proc = _tuner(workspace, f"sqlite:///{workspace / 'h.db'}", "search_plans", "--workers", "3")
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 2 and out == "" and err.count("\n") == 1 and "file is not a database" in err, err
+    assert (workspace / "h.db").read_text() == "not a database\n"
+
+
 def test_the_main_jobs_summary_says_that_workers_ran_its_searches(tmp_path):
     toy_cache(tmp_path, {(bx, tile): bx / 32 + tile for bx in (32, 64, 128) for tile in (1, 2)})
     out = subprocess.run([sys.executable, "-m", "tuner", "--workspace", str(tmp_path), "--objective", "cache:toy.json.gz",
