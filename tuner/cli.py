@@ -40,7 +40,8 @@ TRACEBACK_ENV = "TUNER_TRACEBACK"   # set: a bug's traceback is printed before i
 GLOBAL_OPTIONS = ("workspace", "history", "outage_s", "objective", "space", "timeout_s", "objective_repeats", "json", "command",
                   "workers", "worker_env")   # not tool arguments
 NAMED_SIGNALS = frozenset(signal.Signals)
-PLAN_HELP = "a fixture name, a JSON file inside the workspace or a JSON object of knob values (default: kernel_plan.json)"
+PLAN_HELP = ("a fixture name, a JSON file inside the workspace or a JSON object of knob values (default: kernel_plan.json; on a cache "
+             "or a program, the space's default)")
 CANDIDATE_HELP, AGAINST_HELP = "the candidate: " + PLAN_HELP.split(" (")[0], "the plan to compare with: " + PLAN_HELP
 
 
