@@ -290,11 +290,20 @@ def test_an_objectives_name_says_how_many_runs_its_values_are_the_median_of():
     assert repeats_of("command:0123456789ab:median5") == ("command:0123456789ab", 5)
 
 
-@pytest.mark.parametrize(("stdout", "reason"), [('{"error": "too many registers"}', "too many registers"), ('{"error": ""}', "error")])
-def test_a_programs_error_is_its_reason_and_an_empty_one_still_says_error(stdout, reason):
+@pytest.mark.parametrize(("stdout", "reason"), [
+    ('{"error": "too many registers"}', "too many registers"), ('{"time": 1.5, "error": "too many registers"}', "too many registers"),
+    ('{"error": ""}', """bench.py printed '{"error": ""}' as its last line, not a time (a positive number or {"time": T})"""),
+    ('{"error": null}', """bench.py printed '{"error": null}' as its last line, not a time (a positive number or {"time": T})"""),
+])
+def test_a_programs_error_is_its_reason_and_an_empty_one_without_a_time_is_no_time(stdout, reason):
     with pytest.raises(ObjectiveError) as refused:
         program_time("bench.py", f"compiling\n{stdout}\n", "")
     assert str(refused.value) == reason
+
+
+@pytest.mark.parametrize("error", ["null", "false", '""'])
+def test_a_program_that_always_prints_an_error_key_reports_a_time_where_it_is_empty(error):
+    assert program_time("bench.py", f'{{"time": 1.5, "error": {error}}}\n', "") == 1.5
 
 
 def test_a_program_that_prints_no_time_is_refused_with_the_end_of_its_long_stderr():

@@ -57,14 +57,15 @@ def repeats_of(objective: str) -> tuple[str, int]:
 def program_time(program: str, stdout: str, stderr: str) -> float:
     """The time (ms, positive and finite) that the last line of a run's ``stdout`` reports, as a number or
     ``{"time": T}``; :class:`ObjectiveError` with the reason otherwise: the ``error`` of ``{"error": "why"}``, or what
-    the line was, with the end of ``stderr``."""
+    the line was, with the end of ``stderr``. An ``error`` that is null, false or empty is none (a program that always
+    prints the key)."""
     lines = stdout.strip().splitlines()
     try:
         result = loads(lines[-1]) if lines else None
     except ValueError:
         result = None
-    if isinstance(result, dict) and "error" in result:
-        raise ObjectiveError(str(result["error"])[:500] or "error")
+    if isinstance(result, dict) and result.get("error") not in (None, False, ""):
+        raise ObjectiveError(str(result["error"])[:500])
     value = as_float(result.get("time") if isinstance(result, dict) else result)
     if not math.isfinite(value) or value <= 0:
         last = lines[-1][:100] if lines else ""
