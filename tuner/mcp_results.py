@@ -14,6 +14,8 @@ from pydantic import BaseModel, ConfigDict, Field, SerializerFunctionWrapHandler
 
 Plan = dict[str, str | int | float]           # knob name -> value
 Cycles = int | float | None                   # best_cycles (lower is better); None: infeasible
+CandidateReason = Annotated[str | None, Field(description="why the candidate had no value in the mode (an infeasible plan)")]
+AgainstReason = Annotated[str | None, Field(description="why the plan it is compared with had no value in the mode")]
 Unreadable = Annotated[dict[str, str] | None, Field(description="fixtures left out, each with why it cannot be read as a plan")]
 
 
@@ -168,17 +170,12 @@ class Change(Strict):
     to: str | int | float
 
 
-class Reasons(Strict):
-    """Why a plan of a comparison had no value in a mode, where the objective says."""
-
-    candidate_reason: str | None = Field(None, description="why the candidate had no value (an infeasible plan)")
-    against_reason: str | None = Field(None, description="why the plan it is compared with had no value")
-
-
-class Delta(Reasons):
+class Delta(Strict):
     from_: Cycles = Field(alias="from")
     to: Cycles
     speedup: float | None
+    candidate_reason: CandidateReason = None
+    against_reason: AgainstReason = None
 
 
 class CandidateDiffResult(Strict):
@@ -198,11 +195,13 @@ class BenchmarkPlanResult(Strict):
     repeated: dict[str, Summary] | None = Field(None, description="with repeats: per mode median, spread and interval")
 
 
-class RepeatedMode(Reasons):
+class RepeatedMode(Strict):
     candidate: Summary
     candidate_correct: bool
     against: Summary
     against_correct: bool
+    candidate_reason: CandidateReason = None
+    against_reason: AgainstReason = None
     comparison: Significance | None = None
 
 
