@@ -18,6 +18,7 @@ import hashlib
 import io
 import json
 import zlib
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
@@ -458,8 +459,8 @@ def make_space(name: str, knobs: list[Knob], conditions: list[Any], where: str, 
     groups of knob names (see :func:`_coupled`)."""
     if not knobs or len(knobs) > MAX_KNOBS:
         raise SpaceError(f"{where}: a space needs 1 to {MAX_KNOBS} knobs, got {len(knobs)}")
-    if len({k.name for k in knobs}) != len(knobs):
-        raise SpaceError(f"{where}: knob names repeat")
+    if repeated := [name for name, count in Counter(k.name for k in knobs).items() if count > 1]:
+        raise SpaceError(f"{where}: knob name {repeated[0]!r} is given to more than one knob")
     space = Space(name, tuple(knobs), tuple(conditions), _coupled(coupled, knobs, where))
     for condition in conditions:
         if not isinstance(condition, str):

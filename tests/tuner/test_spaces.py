@@ -189,7 +189,8 @@ def test_the_kernel_plan_catalogue_is_a_t1_file():
      'T1 file: condition "x > 1": its Parameters must be a list of knob names, got "x"'),
     ([{"Name": "x", "Values": [1, 2], "Kind": "categorical"}], [], "Kind 'categorical' is not allowed (allowed: ordinal, nominal)"),
     ([{"Name": "x", "Values": "list(range(10001))"}], [], "knob 'x' has 10001 values (at most 10000)"),
-    ([{"Name": "x", "Values": [1, 2]}, {"Name": "x", "Values": [3]}], [], "T1 file: knob names repeat"),
+    ([{"Name": "x", "Values": [1, 2]}, {"Name": "y", "Values": [3]}, {"Name": "x", "Values": [3]}], [],
+     "T1 file: knob name 'x' is given to more than one knob"),
     ([{"Name": "x", "Values": [1, 2]}], [{"Expression": 1}], "a condition must be an expression string, got 1"),
 ])
 def test_bad_space_files_are_refused_with_a_reason(params, conditions, fragment):
