@@ -20,6 +20,7 @@ def test_the_walkthrough_executes_with_the_reports_figures_inline():
     NotebookClient(notebook, kernel_name="python3", timeout=600, resources={"metadata": {"path": str(NOTEBOOK.parent)}}).execute()
     outputs = [output for cell in notebook.cells if cell.cell_type == "code" for output in cell.outputs]
     assert not [o for o in outputs if o.output_type == "error"]
+    assert not [o.text for o in outputs if o.get("name") == "stderr"]     # no warning for the reader to puzzle over
     plots = [o for o in outputs if "application/vnd.plotly.v1+json" in o.get("data", {})]
     titles = [o["data"]["application/vnd.plotly.v1+json"]["layout"]["title"]["text"] for o in plots]
     assert [t.split(":")[0].split(" (")[0] for t in titles] == [
