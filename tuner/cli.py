@@ -556,6 +556,10 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
             print(json.dumps(result, indent=2), flush=True)
         else:
             print(_render_run(result, ctx) if args.command == "run" else "\n".join(readable(result)), flush=True)
+        if args.command in service.SEARCH_TOOLS and result.get("evaluations") and not (
+                result["best"] or result["new_evaluations"] or result["cached"]):       # a rerun of a study that has no value
+            print(f"tuner {args.command}: nothing new was scored, and none of the study's {result['evaluations']:,} evaluations "
+                  "(its earlier runs') has a value: `report` lists their reasons", file=sys.stderr)
     except INPUT_ERRORS as exc:
         return _bad_input(args.command, exc)
     except (ObjectiveError, HistoryError, SQLAlchemyError, OSError, workers.WorkerFailed) as exc:

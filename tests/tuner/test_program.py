@@ -513,6 +513,11 @@ def test_a_program_that_cannot_start_says_why_in_the_searchs_result(kernel, firs
     common = ("--objective", "command:bench.sh", "--space", "space.t1.json", "--json")
     assert _tuner(kernel, *common, "search_plans", "--max-evals", "100", "--workers", "2").returncode == 1    # the whole space
     assert _tuner(kernel, *common, "run", "--time-s", "5").returncode == 1
+    rerun = _tuner(kernel, *common, "search_plans", "--max-evals", "5")    # the first study again: it has nothing left to do
+    said = json.loads(rerun.stdout)
+    assert rerun.returncode == 1 and said["new_evaluations"] == said["failed"] == 0 and said["evaluations"] > 5
+    assert rerun.stderr == (f"tuner search_plans: nothing new was scored, and none of the study's {said['evaluations']} "
+                            "evaluations (its earlier runs') has a value: `report` lists their reasons\n"), rerun.stderr
     again = json.loads(_tuner(kernel, *common, "search_plans", "--seed", "1", "--max-evals", "5").stdout)     # all in the history
     assert again["best"] is None and again["new_evaluations"] == again["failed"] == 0 and again["failure_reasons"] == {}
     assert again["cached_failed"] == again["cached"] > 0                   # why it has no best: failures the history holds
