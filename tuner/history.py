@@ -241,13 +241,25 @@ def resolve_url(target: str | Path | None) -> str:
         target = DEFAULT_PATH
     text = str(target)
     if text.startswith(("postgres://", "postgres+")):
-        return "postgresql" + text.removeprefix("postgres")
+        text = "postgresql" + text.removeprefix("postgres")
+    if text.startswith("postgresql") and "," in (authority := text.partition("://")[2].partition("/")[0]):
+        return _hosts_as_query(text, authority)
     if "://" in text:
         return text
     if text == ":memory:":
         return "sqlite://"
     path = str(Path(text).resolve()).replace("%", "%25").replace("?", "%3F")       # its own, not a query or an escape
     return f"sqlite:///{path}"
+
+
+def _hosts_as_query(url: str, authority: str) -> str:
+    """``url`` with libpq's hosts, listed in its authority (``postgresql://u@h1:5432,h2:5432/db``, as high-availability
+    services write it: the first that answers is used), as the ``host`` parameters SQLAlchemy reads instead."""
+    user, at, hosts = authority.rpartition("@")
+    scheme, _, rest = url.partition("://")
+    path, mark, query = rest.removeprefix(authority).partition("?")
+    hosts_query = "&".join(f"host={host}" for host in hosts.split(","))
+    return f"{scheme}://{user}{at}{path}?{hosts_query}{'&' if mark else ''}{query}"
 
 
 def _retry(action: Callable[[], T], errors: tuple[type[Exception], ...], attempts: int, pause_s: float) -> T:

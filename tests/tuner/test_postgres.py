@@ -65,14 +65,33 @@ def test_a_run_killed_at_a_time_limit_is_replaced_by_its_measurement_on_postgres
 def test_a_postgres_url_as_managed_services_write_it_names_the_same_history(postgres_url, tmp_path):
     """``postgres://`` is libpq's other name for the scheme (a managed service's DATABASE_URL); SQLAlchemy knows
     no dialect of that name, so the command ended with "Can't load plugin: sqlalchemy.dialects:postgres"."""
-    cache = toy_cache(tmp_path, {(32, 1): 1.0, (64, 1): 0.5})
     for url in (postgres_url.replace("postgresql+psycopg://", "postgres://"), postgres_url.replace("postgresql+", "postgres+")):
-        out = subprocess.run([sys.executable, "-m", "tuner", "--objective", f"cache:{cache}", "--history", url, "--json",
-                              "search_plans", "--max-evals", "2"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
-        assert out.returncode == 0, out.stderr
-        history = History(postgres_url)
-        assert history.trials(json.loads(out.stdout)["study"]), "the search's trials are in the history the URL names"
-        history.close()
+        _assert_a_search_through(url, lands_in=postgres_url, tmp_path=tmp_path)
+
+
+def _assert_a_search_through(url: str, lands_in: str, tmp_path: Path) -> None:
+    """A search of a toy cache with ``--history url`` writes its trials to the history ``lands_in``."""
+    cache = toy_cache(tmp_path, {(32, 1): 1.0, (64, 1): 0.5})
+    out = subprocess.run([sys.executable, "-m", "tuner", "--objective", f"cache:{cache}", "--history", url, "--json",
+                          "search_plans", "--max-evals", "2"], capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert out.returncode == 0, out.stderr
+    history = History(lands_in)
+    assert history.trials(json.loads(out.stdout)["study"]), "the search's trials are in the history the URL names"
+    history.close()
+
+
+def test_a_url_listing_several_hosts_as_libpq_does_uses_the_first_that_answers(postgres_url, tmp_path):
+    """``postgresql://u@h1:p1,h2:p2/db``, as a high-availability service gives it (the primary is whichever answers):
+    SQLAlchemy read ``p1,h2:p2`` as a port and the command ended with "not a database URL"."""
+    with socket.socket() as closed:                                   # a port that nothing listens on: refused at once
+        closed.bind(("127.0.0.1", 0))
+        dead = f"127.0.0.1:{closed.getsockname()[1]}"
+    scheme, _, rest = postgres_url.partition("://")
+    user, _, live = rest.partition("/")[0].partition("@")
+    url = postgres_url.replace(f"@{live}/", f"@{dead},{live}/") + "?application_name=tuner-test"
+    assert history_module.resolve_url(url) == (f"{scheme}://{user}@/{postgres_url.rpartition('/')[2]}"
+                                               f"?host={dead}&host={live}&application_name=tuner-test")
+    _assert_a_search_through(url, lands_in=postgres_url, tmp_path=tmp_path)
 
 
 def test_a_t4_file_whose_objective_has_a_long_name_replays_on_postgres(postgres_url, tmp_path):
