@@ -19,6 +19,7 @@ from optuna.trial import TrialState, create_trial
 
 from tuner.history import History
 from tuner.objectives.base import reason_group
+from tuner.search import shown
 from tuner.space import Space
 
 IMPORTANCE_TRIALS = 1000        # trials of the largest study the importance is fitted to (evenly spaced)
@@ -242,17 +243,43 @@ def figures(info: dict[str, Any], unit: str, optimum: float | None = None) -> li
     return figures
 
 
+def summary_html(summary: dict[str, Any], unit: str) -> str:
+    """The summary's table: the winner's values and knobs beside the baseline's (where there is one), the knobs that
+    differ in bold, and the speedup in each mode."""
+    best, base, modes = summary["best"], summary.get("baseline"), summary["modes"]
+
+    def row(cells: list[str], strong: bool = False, tag: str = "td") -> str:
+        return "<tr>" + "".join(f"<{tag}>{'<b>' * strong}{escape(cell)}{'</b>' * strong}</{tag}>" for cell in cells) + "</tr>"
+
+    head = [f"best ({best['plan_hash']}, from {best['source']})"] + ([f"{base['source']} ({base['plan_hash']})"] if base else [])
+    rows = [row(["", *head], tag="th")]
+    rows += [row([f"{mode} ({unit}, lower is better)", shown(best[mode]), *([shown(base[mode])] if base else [])]) for mode in modes]
+    if "of_optimum" in summary:
+        rows.append(row(["of the optimum (the best time in the cache / the best found)", f"{summary['of_optimum']:.3f}"]))
+    if summary.get("speedup"):
+        rows.append(row(["speedup", ", ".join(f"{mode} {ratio:.2f}x" for mode, ratio in summary["speedup"].items())]))
+    for knob, value in best["plan"].items():
+        was = [str(base["plan"][knob])] if base else []
+        rows.append(row([knob, str(value), *was], strong=bool(was) and was[0] != str(value)))
+    return "<table class='summary'>" + "".join(rows) + "</table>"
+
+
 def page(title: str, info: dict[str, Any], unit: str, optimum: float | None = None) -> str:
-    """The report page: a figure per section that has data (plotly.js embedded once)."""
+    """The report page: the summary (where a configuration has a value), then a figure per section that has data
+    (plotly.js embedded once)."""
     import plotly.io as pio
 
     drawn = figures(info, unit, optimum)
     parts = [f"<h1>{escape(title)}</h1>"]
+    if summary := info.get("summary"):
+        parts += ["<h2>The best configuration</h2>", summary_html(summary, unit)]
     for i, (heading, fig) in enumerate(drawn):
         parts.append(f"<h2>{escape(heading)}</h2>")
         parts.append(pio.to_html(fig, full_html=False, include_plotlyjs=(i == 0), div_id=f"figure-{i}"))
     if not drawn:
         parts.append("<p>The history holds no scored plans of this objective yet.</p>")
     return ("<!DOCTYPE html>\n<html><head><meta charset='utf-8'><title>" + escape(title) + "</title>"
-            "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}</style></head><body>\n"
+            "<style>body{font-family:sans-serif;margin:2em;max-width:1200px}"
+            "table.summary{border-collapse:collapse}table.summary td,table.summary th{padding:2px 12px;text-align:left}"
+            "</style></head><body>\n"
             + "\n".join(parts) + "\n</body></html>\n")

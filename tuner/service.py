@@ -900,7 +900,8 @@ REPORT_PLANS = {"baseline": "baseline_row_major", "iteration-2": "tensor_plan_it
 
 
 def report(ctx: Context, out: str = f"{OUTPUT_DIR}/report.html") -> dict[str, Any]:
-    """Write the HTML report of the history (plotly, works offline) to ``out`` under results/: convergence,
+    """Write the HTML report of the history (plotly, works offline) to ``out`` under results/: the best configuration
+    beside the current plan or the space's default (the speedup), convergence,
     knob importance, per-knob marginals and, where the problem has them, the dev/final scatter, the
     winner's trace against the baseline and iteration-2, the configurations without a value by reason, and a noisy
     program's spread of runs. Returns its path and
@@ -922,7 +923,11 @@ def report_info(ctx: Context) -> dict[str, Any]:
 
     first, last = _first_last(ctx)
     name, space, history = ctx.objective.name, ctx.objective.space, ctx.history
-    info: dict[str, Any] = {"convergence": figures.convergence_info(history, name),
+    best = (_compared(ctx, 1)["best_verified"] if ctx.is_plan
+            else min(({**b, "source": f"study:{b['study']}"} for b in _study_bests(ctx)),
+                     key=lambda b: (b[last], b[first], b["plan_hash"]), default=None))
+    info: dict[str, Any] = {"summary": _summary(ctx, best) if best is not None else {},
+                            "convergence": figures.convergence_info(history, name),
                             "importance": figures.importance_info(history, name, first, space),
                             "marginals": figures.marginals_info(history, name, first, space),
                             "failures": figures.failures_info(history, name, first)}
@@ -933,12 +938,28 @@ def report_info(ctx: Context) -> dict[str, Any]:
     if ctx.objective_repeats > 1:
         info["noise"] = figures.noise_info(history, name)
     if ctx.is_plan:
-        best = _compared(ctx, 1)["best_verified"]
         plans = {"winner": best["plan"] if best else ctx.workspace.current_plan()}
         plans |= {label: ctx.workspace.resolve_plan(f)[0] for label, f in REPORT_PLANS.items() if f in ctx.workspace.fixture_names()}
         info["trace"] = figures.trace_info({label: {m: ctx.objective.report(plan, m) for m in ctx.objective.modes}
                                             for label, plan in plans.items()})
     return info
+
+
+def _summary(ctx: Context, best: dict[str, Any]) -> dict[str, Any]:
+    """The report's summary: ``best`` (the best verified configuration: the winner) beside the current plan or the space's
+    default, and the speedup in each mode. A program is not run for it: a default the history does not hold is left out."""
+    space, modes = ctx.objective.space, ctx.objective.modes
+    summary: dict[str, Any] = {"modes": list(modes), "best": {k: best[k] for k in ("source", "plan_hash", "plan", *modes)}}
+    if ctx.objective.optimum is not None:                       # a replayed cache: its best is known
+        summary["of_optimum"] = of_optimum(ctx.objective.optimum, best[modes[0]])
+    current, label = _plan(ctx, None)
+    key = space.hash(current)
+    if runs_program(ctx.objective) and not all(
+            ctx.history.scored(ctx.objective, m, space.encode(current)[None], measure=False).get(key) for m in modes):
+        return summary
+    baseline = _plan_row(ctx, label, current, _measure(ctx, current, recorded=True))
+    speedup = {m: round(baseline[m] / best[m], 3) for m in modes if baseline[m] is not None and best[m]}
+    return summary | {"baseline": baseline, "speedup": speedup}
 
 
 __all__ = [

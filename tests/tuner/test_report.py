@@ -97,6 +97,47 @@ def test_report_of_a_cache_leaves_out_what_does_not_apply(tmp_path):
     ctx.close()
 
 
+def test_the_report_opens_with_the_best_configuration_beside_the_default_and_the_speedup(tmp_path):
+    """The report was figures only: the value a user tuned for, the configuration that reaches it and how far that is
+    from where they started were nowhere on the page."""
+    records = {(bx, tile): 3.0 - bx / 64 + tile for bx in (32, 64, 128) for tile in (1, 2)}      # the best: (128, 1), 2.0 ms
+    ctx = service.Context.create(tmp_path, objective=f"cache:{toy_cache(tmp_path, records)}")
+    searched = service.search_plans(ctx, "quick", max_evals=6, seed=0)
+    summary = service.report_info(ctx)["summary"]
+    assert summary["best"] == {"source": f"study:{searched['study']}", "plan_hash": searched["best"]["plan_hash"],
+                               "plan": {"bx": 128, "tile": 1}, "time": 2.0}
+    assert summary["baseline"]["source"] == "the space's default" and summary["baseline"]["plan"] == {"bx": 32, "tile": 1}
+    assert summary["baseline"]["time"] == 3.5 and summary["speedup"] == {"time": 1.75} and summary["of_optimum"] == 1.0
+    html = report.summary_html(summary, "ms")
+    assert "<tr><td>time (ms, lower is better)</td><td>2</td><td>3.5</td></tr>" in html
+    assert "<tr><td>speedup</td><td>time 1.75x</td></tr>" in html
+    assert "<tr><td><b>bx</b></td><td><b>128</b></td><td><b>32</b></td></tr>" in html       # the knob that changed
+    assert "<tr><td>tile</td><td>1</td><td>1</td></tr>" in html
+    out = service.report(ctx)
+    page = (tmp_path / out["path"]).read_text()
+    assert "summary" in out["sections"] and page.index("<h2>The best configuration</h2>") < page.index("<h2>Convergence")
+    ctx.close()
+
+
+def test_the_summary_runs_no_program_for_a_default_the_history_lacks(tmp_path, monkeypatch):
+    """A report reads the history: a program's default that no search measured is left out of the summary, not run."""
+    monkeypatch.chdir(tmp_path)                                 # the program's path is read from the working folder
+    (tmp_path / "bench.py").write_text("import json, sys\nc = json.load(sys.stdin)\nopen(sys.argv[1], 'a').write('.')\n"
+                                       "print(10 - c['a'])\n")
+    (tmp_path / "space.t1.json").write_text(json.dumps({"ConfigurationSpace": {"TuningParameters": [
+        {"Name": "a", "Values": [1, 2, 3], "Default": 1}]}}))
+    (tmp_path / "studies").mkdir()
+    (tmp_path / "studies" / "upper.json").write_text(json.dumps({"knobs": {"a": [2, 3]}}))
+    ctx = service.Context.create(tmp_path, objective=f"command:bench.py {tmp_path / 'runs.log'}", space="space.t1.json")
+    service.bounded_exhaustive_search(ctx, "upper")
+    assert (tmp_path / "runs.log").read_text() == ".."
+    summary = service.report_info(ctx)["summary"]
+    assert summary["best"]["plan"] == {"a": 3} and summary["best"]["time"] == 7
+    assert "baseline" not in summary and "speedup" not in summary and (tmp_path / "runs.log").read_text() == ".."
+    assert report.summary_html(summary, "ms").count("<td>") == 4          # the value and the knob, each with its name
+    ctx.close()
+
+
 def test_a_caches_optimum_is_drawn_across_every_study_and_labelled_on_the_value_axis():
     info = {"convergence": [{"study": "a", "evaluations": [1, 4], "best": [9.0, 5.0]},
                             {"study": "b", "evaluations": [2, 30], "best": [8.0, 3.0]}]}
@@ -106,8 +147,8 @@ def test_a_caches_optimum_is_drawn_across_every_study_and_labelled_on_the_value_
 
 
 @pytest.mark.parametrize(("tune_params", "sections"), [
-    ({"bx": [32], "tile": [1]}, ["convergence"]),                        # one configuration: nothing varies
-    ({"bx": [32, 64], "tile": [1]}, ["convergence", "marginals"]),       # two: too few trials to fit importance
+    ({"bx": [32], "tile": [1]}, ["summary", "convergence"]),             # one configuration: nothing varies
+    ({"bx": [32, 64], "tile": [1]}, ["summary", "convergence", "marginals"]),    # two: too few trials to fit importance
 ])
 def test_a_report_on_a_space_too_small_for_a_section_leaves_the_section_out(tmp_path, tune_params, sections):
     records = {(bx, 1): bx / 32 for bx in tune_params["bx"]}
@@ -352,8 +393,14 @@ def _png_is_blank(png: bytes) -> bool:
 def test_the_report_renders_every_figure_in_headless_chromium(searched):
     from playwright.sync_api import sync_playwright
 
-    out = service.report(service.Context.create(searched, tool="report"))
-    assert set(out["sections"]) == {"convergence", "importance", "marginals", "scatter", "trace", "failures"}   # some plans are incorrect
+    ctx = service.Context.create(searched, tool="report")
+    out = service.report(ctx)
+    assert set(out["sections"]) == {"summary", "convergence", "importance", "marginals", "scatter", "trace",
+                                    "failures"}                         # some plans are incorrect
+    summary, best = service.report_info(ctx)["summary"], service.compare_history(ctx)["best_verified"]
+    assert summary["best"]["plan_hash"] == best["plan_hash"] and summary["baseline"]["source"] == "kernel_plan.json"
+    assert summary["speedup"] == {m: round(summary["baseline"][m] / best[m], 3) for m in ("dev", "final")}
+    assert summary["baseline"]["dev"] == 2324424 and "of_optimum" not in summary      # the task's baseline (README)
     path = Path(searched / out["path"])
     assert "the cache's optimum" not in path.read_text()                 # the tensor plan's best is not known
     errors: list[str] = []
@@ -368,13 +415,15 @@ def test_the_report_renders_every_figure_in_headless_chromium(searched):
         plots = page.eval_on_selector_all(".js-plotly-plot", "ds => ds.map(d => d.querySelectorAll('svg.main-svg path, "
                                                              "svg.main-svg rect').length)")
         headings = page.eval_on_selector_all("h2", "hs => hs.length")
+        summary_rows = page.eval_on_selector_all("table.summary tr", "rs => rs.length")
         labels = page.eval_on_selector_all("#figure-0 .ytick text", "ts => ts.map(t => t.textContent)")
         shot = page.screenshot(full_page=False)
         browser.close()
     assert errors == []
     marginals = sum(1 for size in SPACE.sizes if size > 1)
-    assert headings == len(plots) == 1 + 1 + 1 + 2 + 1 + marginals    # convergence, importance, failures, trace x2, scatter,
-                                                                        # marginals
+    assert headings - 1 == len(plots) == 1 + 1 + 1 + 2 + 1 + marginals    # the summary, then convergence, importance,
+                                                                            # failures, trace x2, scatter, marginals
+    assert summary_rows == 1 + 2 + 1 + len(SPACE.knobs)                 # the heads, dev and final, the speedup, every knob
     assert all(count > 0 for count in plots)
     scale = {"k": 1e3, "M": 1e6}                        # the convergence's log axis: round numbers in full, in order
     ticks = [float(t.rstrip("kM")) * scale.get(t[-1], 1) for t in labels]      # (not a decade's digits: 2 5 100k 2 5 1M)
