@@ -135,6 +135,10 @@ def test_the_summary_runs_no_program_for_a_default_the_history_lacks(tmp_path, m
     assert summary["best"]["plan"] == {"a": 3} and summary["best"]["time"] == 7
     assert "baseline" not in summary and "speedup" not in summary and (tmp_path / "runs.log").read_text() == ".."
     assert report.summary_html(summary, "ms").count("<td>") == 4          # the value and the knob, each with its name
+    service.bounded_exhaustive_search(ctx, "all")                       # the default measured: its run, and no other
+    summary = service.report_info(ctx)["summary"]
+    assert summary["baseline"]["time"] == 9 and summary["speedup"] == {"time": round(9 / 7, 3)}
+    assert (tmp_path / "runs.log").read_text() == "..."
     ctx.close()
 
 
