@@ -221,7 +221,7 @@ COMMANDS: dict[str, Command] = {
         p.add_argument("--tools", nargs="*", default=None, metavar="NAME", help="extra tool names to record as used")),
         "write the iteration result JSON"),
     "report": (service.report, lambda p: p.add_argument(
-        "--out", default=f"{OUTPUT_DIR}/report.html", metavar="PATH", help=f"an HTML file under {OUTPUT_DIR}/ (default %(default)s)"),
+        "--out", default=service.REPORT, metavar="PATH", help=f"an HTML file under {OUTPUT_DIR}/ (default %(default)s)"),
         "write the HTML report of the history (plotly, works offline)"),
     "export_results": (service.export_results, lambda p: (
         p.add_argument("--study", default=None, metavar="NAME",

@@ -55,6 +55,7 @@ from tuner.workspace import (
     read_text,
 )
 
+REPORT = f"{OUTPUT_DIR}/report.html"                  # the report's default path
 RUN_BEST = f"{OUTPUT_DIR}/tuner_run_best.json"       # the main job's winner: the tensor plan's applied one in fixture form, another
                                                      # problem's best configuration (either usable as --plan)
 RUN_LOCAL_EVALS, RUN_QUICK_EVALS = 3000, 500         # the main job's evaluation budgets for its local and its quick search
@@ -899,34 +900,41 @@ def record_result(ctx: Context, path: str = RESULT_PATH, tools: list[str] | None
 REPORT_PLANS = {"baseline": "baseline_row_major", "iteration-2": "tensor_plan_iteration2_neighborhood_best"}   # fixtures, when present
 
 
-def report(ctx: Context, out: str = f"{OUTPUT_DIR}/report.html") -> dict[str, Any]:
+def report(ctx: Context, out: str = REPORT) -> dict[str, Any]:
     """Write the HTML report of the history (plotly, works offline) to ``out`` under results/: the best configuration
     beside the current plan or the space's default (the speedup), convergence,
     knob importance, per-knob marginals and, where the problem has them, the dev/final scatter, the
     winner's trace against the baseline and iteration-2, the configurations without a value by reason, and a noisy
     program's spread of runs. Returns its path and
     the sections it holds."""
+    return _report(ctx, out)
+
+
+def _report(ctx: Context, out: str, rechecked: tuple[dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """:func:`report`; ``rechecked``: the main job's winner and the space's default as its re-check measured them (a noisy
+    program), for the summary to say what the job said."""
     from tuner.report import page
 
     if not isinstance(out, str) or not out.endswith(".html"):
         raise ServiceError(f"out must name an .html file under {OUTPUT_DIR}/, got {quoted(out)}")
     _say_studies_elsewhere(ctx)
-    info = report_info(ctx)
+    info = report_info(ctx, rechecked)
     title = f"Tuning report: {ctx.objective.label} ({ctx.objective.name})"
     return _written(ctx, "output", out, page(title, info, ctx.unit, ctx.objective.optimum)) | {
         "sections": [k for k, v in info.items() if v]}
 
 
-def report_info(ctx: Context) -> dict[str, Any]:
-    """The data of every report section that applies to the problem (tuner.report's ``*_info``)."""
+def report_info(ctx: Context, rechecked: tuple[dict[str, Any], dict[str, Any]] | None = None) -> dict[str, Any]:
+    """The data of every report section that applies to the problem (tuner.report's ``*_info``); ``rechecked`` as for
+    :func:`_report`."""
     from tuner import report as figures
 
     first, last = _first_last(ctx)
     name, space, history = ctx.objective.name, ctx.objective.space, ctx.history
-    best = (_compared(ctx, 1)["best_verified"] if ctx.is_plan
-            else min(({**b, "source": f"study:{b['study']}"} for b in _study_bests(ctx)),
-                     key=lambda b: (b[last], b[first], b["plan_hash"]), default=None))
-    info: dict[str, Any] = {"summary": _summary(ctx, best) if best is not None else {},
+    best = (rechecked[0] if rechecked else _compared(ctx, 1)["best_verified"] if ctx.is_plan
+            else min(({**b, "source": f"study:{b['study']}", "correct": True} for b in _study_bests(ctx)),
+                     key=_rank_key(ctx, kept=space.hash(_plan(ctx, None)[0])), default=None))    # as compare_history ranks
+    info: dict[str, Any] = {"summary": _summary(ctx, best, rechecked and rechecked[1]) if best is not None else {},
                             "convergence": figures.convergence_info(history, name),
                             "importance": figures.importance_info(history, name, first, space),
                             "marginals": figures.marginals_info(history, name, first, space),
@@ -945,19 +953,21 @@ def report_info(ctx: Context) -> dict[str, Any]:
     return info
 
 
-def _summary(ctx: Context, best: dict[str, Any]) -> dict[str, Any]:
-    """The report's summary: ``best`` (the best verified configuration: the winner) beside the current plan or the space's
-    default, and the speedup in each mode. A program is not run for it: a default the history does not hold is left out."""
+def _summary(ctx: Context, best: dict[str, Any], baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """The report's summary: ``best`` (the best verified configuration: the winner) beside ``baseline`` (default: the
+    current plan or the space's default), and the speedup in each mode. A program is not run for it: a default the
+    history does not hold is left out."""
     space, modes = ctx.objective.space, ctx.objective.modes
     summary: dict[str, Any] = {"modes": list(modes), "best": {k: best[k] for k in ("source", "plan_hash", "plan", *modes)}}
     if ctx.objective.optimum is not None:                       # a replayed cache: its best is known
         summary["of_optimum"] = of_optimum(ctx.objective.optimum, best[modes[0]])
-    current, label = _plan(ctx, None)
-    key = space.hash(current)
-    if runs_program(ctx.objective) and not all(
-            ctx.history.scored(ctx.objective, m, space.encode(current)[None], measure=False).get(key) for m in modes):
-        return summary
-    baseline = _plan_row(ctx, label, current, _measure(ctx, current, recorded=True))
+    if baseline is None:
+        current, label = _plan(ctx, None)
+        key = space.hash(current)
+        if runs_program(ctx.objective) and not all(
+                ctx.history.scored(ctx.objective, m, space.encode(current)[None], measure=False).get(key) for m in modes):
+            return summary
+        baseline = _plan_row(ctx, label, current, _measure(ctx, current, recorded=True))
     speedup = {m: round(baseline[m] / best[m], 3) for m in modes if baseline[m] is not None and best[m]}
     return summary | {"baseline": baseline, "speedup": speedup}
 
@@ -1121,11 +1131,12 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
         ("quick", lambda left: _search_step(ctx, "search_plans", strategy="quick", max_evals=RUN_QUICK_EVALS, time_s=left,
                                             seed=seed))])]
     _log(ctx, "comparing with the history and writing the report")
-    history = _compared(ctx, 5)
+    history, rechecked = _compared(ctx, 5), None
     if (best := history["best_verified"]) is not None and ctx.objective_repeats > 1:
         outcome["recheck"], again, fresh = _recheck(ctx, default, value)
         if again is not None:                       # else every one failed this time: the history's best stands
             best, value = again, fresh
+            rechecked = (best, {"source": "the space's default, measured again", "plan_hash": key, "plan": default, mode: value})
     if best is not None:
         outcome["best"] = {"plan_hash": best["plan_hash"], mode: best[mode], "source": best["source"]}
         if value is not None:
@@ -1135,6 +1146,6 @@ def _run_space(ctx: Context, started: float, time_s: float, seed: int) -> dict[s
         outcome["changes"] = space.diff(default, best["plan"])
         outcome["configuration"] = _write_output(ctx, RUN_BEST, best["plan"])
     outcome["history"] = history
-    outcome["report"] = report(ctx)
+    outcome["report"] = _report(ctx, REPORT, rechecked)
     outcome["seconds"] = round(time.monotonic() - started, 2)
     return outcome
