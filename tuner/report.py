@@ -255,7 +255,7 @@ def summary_html(summary: dict[str, Any], unit: str) -> str:
     rows = [row(["", *head], tag="th")]
     rows += [row([f"{mode} ({unit}, lower is better)", shown(best[mode]), *([shown(base[mode])] if base else [])]) for mode in modes]
     if "of_optimum" in summary:
-        rows.append(row(["of the optimum (the best time in the cache / the best found)", f"{summary['of_optimum']:.3f}"]))
+        rows.append(row(["of the optimum (the cache's best / the best found)", f"{summary['of_optimum']:.3f}"]))
     if summary.get("speedup"):
         rows.append(row(["speedup", ", ".join(f"{mode} {ratio:.2f}x" for mode, ratio in summary["speedup"].items())]))
     for knob, value in best["plan"].items():
