@@ -27,4 +27,6 @@ def test_the_walkthrough_executes_with_the_reports_figures_inline():
         "Convergence of every study", "Knob importance", "Failures", "Where the cycles go", "Where the cycles go",
         "dev against final of evaluated plans", "Marginal"], titles          # a few of its plans are incorrect
     assert any("dev best_cycles:" in o.get("text", "") for o in outputs)
+    tables = [o["data"]["text/html"] for o in outputs if "<table class='summary'>" in o.get("data", {}).get("text/html", "")]
+    assert len(tables) == 1 and "kernel_plan.json (" in tables[0] and "<td>speedup</td><td>dev " in tables[0]
     assert any(" of the optimum" in o.get("text", "") and "100 evaluations" in o.get("text", "") for o in outputs)   # the cache
