@@ -502,6 +502,22 @@ def test_a_search_that_no_terminal_shows_logs_where_it_stands_as_it_goes(tmp_pat
     assert int(standing[-1][3]) == result["failed"] == 1 and float(standing[-1][4]) == result["best"]["time"] == 1.5, log
 
 
+def test_a_study_run_again_says_nothing_more_where_it_has_a_value(tmp_path, capsys, monkeypatch):
+    """The line a rerun prints on stderr is for a study none of whose evaluations has a value (tests/tuner/test_program.py)."""
+    from conftest import toy_cache
+
+    from tuner.cli import main
+
+    toy_cache(tmp_path, {(32, 1): 3.0, (64, 1): 2.0, (64, 2): "RuntimeFailedConfig", (128, 1): 4.0, (128, 2): 1.5})
+    monkeypatch.chdir(tmp_path)
+    command = ["--workspace", str(tmp_path), "--objective", "cache:toy.json.gz", "--json", "search_plans", "--max-evals", "3"]
+    assert main(command) == 0
+    capsys.readouterr()
+    assert main(command) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["new_evaluations"] == 0 and json.loads(out)["best"] is not None and err == ""
+
+
 def test_the_main_job_on_a_cache_tunes_from_the_space_s_default_and_writes_the_best_configuration(tmp_path, capsys, monkeypatch):
     from conftest import toy_cache
 

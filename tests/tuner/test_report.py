@@ -102,6 +102,7 @@ def test_the_report_opens_with_the_best_configuration_beside_the_default_and_the
     from where they started were nowhere on the page."""
     records = {(bx, tile): 3.0 - bx / 64 + tile for bx in (32, 64, 128) for tile in (1, 2)}      # the best: (128, 1), 2.0 ms
     ctx = service.Context.create(tmp_path, objective=f"cache:{toy_cache(tmp_path, records)}")
+    assert service.local_neighborhood_search(ctx, max_evals=1)["best"]["time"] == 3.5     # a study whose best is the default
     searched = service.search_plans(ctx, "quick", max_evals=6, seed=0)
     summary = service.report_info(ctx)["summary"]
     assert summary["best"] == {"source": f"study:{searched['study']}", "plan_hash": searched["best"]["plan_hash"],
