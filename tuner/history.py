@@ -242,7 +242,7 @@ def resolve_url(target: str | Path | None) -> str:
     text = str(target)
     if text.startswith(("postgres://", "postgres+")):
         text = "postgresql" + text.removeprefix("postgres")
-    if text.startswith("postgresql") and "," in (authority := text.partition("://")[2].partition("/")[0]):
+    if text.startswith("postgresql") and "," in (authority := re.split("[/?]", text.partition("://")[2])[0]):
         return _hosts_as_query(text, authority)
     if "://" in text:
         return text

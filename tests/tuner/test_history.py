@@ -231,6 +231,19 @@ def test_history_accepts_any_sqlalchemy_url(tmp_path):
     assert "a" in History(url).study_names()
 
 
+@pytest.mark.parametrize(("given", "read"), [
+    ("postgres://u:p@h1:5432,h2:5433/db?target_session_attrs=read-write",
+     "postgresql://u:p@/db?host=h1:5432&host=h2:5433&target_session_attrs=read-write"),
+    ("postgresql+psycopg://h1,h2:5433/db", "postgresql+psycopg:///db?host=h1&host=h2:5433"),
+    ("postgresql://u@h1,h2?sslmode=require", "postgresql://u@?host=h1&host=h2&sslmode=require"),     # no database named
+    ("postgresql://u@h1:5432/db", "postgresql://u@h1:5432/db"),                                     # one host: as given
+])
+def test_a_postgres_url_listing_several_hosts_is_read_with_each_as_a_host_parameter(given, read):
+    """libpq's list of hosts in the authority, which SQLAlchemy's URL parser takes for a port (the server test:
+    tests/tuner/test_postgres.py)."""
+    assert resolve_url(given) == read
+
+
 def test_a_history_url_is_shown_as_given_with_its_password_hidden(tmp_path):
     folder = tmp_path / "résultats d'été"
     assert shown_url(resolve_url(folder / "h.db")) == f"sqlite:///{folder}/h.db"        # not percent-encoded
