@@ -270,7 +270,7 @@ def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
         return space.validate(ref, "configuration"), "inline configuration"
     path = ctx.workspace.path(ref)
     try:
-        data = loads(read_text(path))
+        data = loads(read_text(path).removeprefix("\ufeff"))      # a byte-order mark allowed, as in the space's file
     except FileNotFoundError:
         raise ServiceError(f"no configuration file {quoted(ref)} in the workspace (a JSON object of knob values)") from None
     except (OSError, ValueError) as exc:

@@ -123,6 +123,9 @@ def test_a_configuration_the_restrictions_rule_out_is_reported_so_with_the_ones_
         out = _tuner(kernel, *problem, "validate_plan", "--plan", plan)
         result = json.loads(out.stdout)
         assert out.returncode == 1 and out.stderr == "" and result["valid"] is False and error in result["error"], out
+    (kernel / "saved-by-notepad.json").write_text("\ufeff" + json.dumps(CONFIG), encoding="utf-8")    # a byte-order mark
+    out = _tuner(kernel, *problem, "validate_plan", "--plan", "saved-by-notepad.json")     # read as the T1 file would be
+    assert out.returncode == 0 and json.loads(out.stdout)["plan"] == CONFIG, out
     assert not (kernel / "runs.log").exists()
 
 
