@@ -456,7 +456,17 @@ def _run_workers(args: argparse.Namespace, argv: list[str]) -> int:
     _say_signalled_workers(args.command, result)
     if any(worker["new_evaluations"] is not None for worker in result["per_worker"]):
         print(json.dumps(result, indent=2) if args.json else "\n".join(readable(result)), flush=True)
+        _say_nothing_new(args.command, result)
     return code
+
+
+def _say_nothing_new(command: str, result: dict[str, Any]) -> None:
+    """Say on stderr why a search run again on a study none of whose evaluations has a value gave nothing: its ``failed``
+    and ``failure_reasons`` are this run's, and it made no evaluation."""
+    if command in service.SEARCH_TOOLS and result.get("evaluations") and not (
+            result["best"] or result["new_evaluations"] or result["cached"]):
+        print(f"tuner {command}: nothing new was scored, and none of the study's {result['evaluations']:,} evaluations "
+              "(its earlier runs') has a value: `report` lists their reasons", file=sys.stderr)
 
 
 def _bad_input(command: str, exc: Exception) -> int:
@@ -556,10 +566,8 @@ def _command(args: argparse.Namespace, argv: list[str]) -> int:
             print(json.dumps(result, indent=2), flush=True)
         else:
             print(_render_run(result, ctx) if args.command == "run" else "\n".join(readable(result)), flush=True)
-        if args.command in service.SEARCH_TOOLS and result.get("evaluations") and not (
-                result["best"] or result["new_evaluations"] or result["cached"]):       # a rerun of a study that has no value
-            print(f"tuner {args.command}: nothing new was scored, and none of the study's {result['evaluations']:,} evaluations "
-                  "(its earlier runs') has a value: `report` lists their reasons", file=sys.stderr)
+        if slot is None:                                # a worker's command says it once, for them all (_run_workers)
+            _say_nothing_new(args.command, result)
     except INPUT_ERRORS as exc:
         return _bad_input(args.command, exc)
     except (ObjectiveError, HistoryError, SQLAlchemyError, OSError, workers.WorkerFailed) as exc:

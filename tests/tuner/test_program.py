@@ -521,6 +521,8 @@ def test_a_program_that_cannot_start_says_why_in_the_searchs_result(kernel, firs
     assert rerun.returncode == 1 and said["new_evaluations"] == said["failed"] == 0 and said["evaluations"] > 5
     assert rerun.stderr == (f"tuner search_plans: nothing new was scored, and none of the study's {said['evaluations']} "
                             "evaluations (its earlier runs') has a value: `report` lists their reasons\n"), rerun.stderr
+    in_workers = _tuner(kernel, *common, "search_plans", "--max-evals", "5", "--workers", "2")
+    assert in_workers.returncode == 1 and in_workers.stderr == rerun.stderr, in_workers.stderr     # once, not per worker
     again = json.loads(_tuner(kernel, *common, "search_plans", "--seed", "1", "--max-evals", "5").stdout)     # all in the history
     assert again["best"] is None and again["new_evaluations"] == again["failed"] == 0 and again["failure_reasons"] == {}
     assert again["cached_failed"] == again["cached"] > 0                   # why it has no best: failures the history holds
