@@ -964,7 +964,7 @@ def _summary(ctx: Context, best: dict[str, Any], baseline: dict[str, Any] | None
     if baseline is None:
         current, label = _plan(ctx, None)
         key = space.hash(current)
-        if runs_program(ctx.objective) and not all(
+        if not ctx.is_plan and runs_program(ctx.objective) and not all(      # (the tensor plan's: compare_history measured it)
                 ctx.history.scored(ctx.objective, m, space.encode(current)[None], measure=False).get(key) for m in modes):
             return summary
         baseline = _plan_row(ctx, label, current, _measure(ctx, current, recorded=True))

@@ -143,6 +143,18 @@ def test_the_summary_runs_no_program_for_a_default_the_history_lacks(tmp_path, m
     ctx.close()
 
 
+def test_the_summary_of_the_tensor_plan_scored_by_its_own_benchmark_shows_the_current_plan(tmp_path):
+    """With ``--objective command`` (benchmark.py runs), no search stored kernel_plan.json's value, yet the winner is
+    chosen against it (compare_history runs it): the summary shows it, rather than leaving it out as a program's."""
+    root = copy_workspace(tmp_path / "ws")
+    ctx = service.Context.create(root, objective="command")
+    service.local_neighborhood_search(ctx, fixture="tensor_plan_iteration2_neighborhood_best", max_evals=2)
+    summary = service.report_info(ctx)["summary"]
+    assert summary["baseline"]["source"] == "kernel_plan.json" and summary["baseline"]["dev"] == 2324424
+    assert summary["speedup"]["dev"] == round(2324424 / summary["best"]["dev"], 3)
+    ctx.close()
+
+
 def test_a_caches_optimum_is_drawn_across_every_study_and_labelled_on_the_value_axis():
     info = {"convergence": [{"study": "a", "evaluations": [1, 4], "best": [9.0, 5.0]},
                             {"study": "b", "evaluations": [2, 30], "best": [8.0, 3.0]}]}
