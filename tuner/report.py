@@ -251,8 +251,9 @@ def summary_html(summary: dict[str, Any], unit: str) -> str:
     def row(cells: list[str], strong: bool = False, tag: str = "td") -> str:
         return "<tr>" + "".join(f"<{tag}>{'<b>' * strong}{escape(cell)}{'</b>' * strong}</{tag}>" for cell in cells) + "</tr>"
 
-    head = [f"best ({best['plan_hash']}, from {best['source']})"] + ([f"{base['source']} ({base['plan_hash']})"] if base else [])
-    rows = [row(["", *head], tag="th")]
+    head = [f"best ({best['plan_hash']})"] + ([f"{base['source']} ({base['plan_hash']})"] if base else [])
+    rows = [row(["", *head], tag="th"),      # a study's long name across the value columns, which keep to their values' width
+            f"<tr><td>found by</td><td colspan='{len(head)}'>{escape(best['source'])}</td></tr>"]
     rows += [row([f"{mode} ({unit}, lower is better)", shown(best[mode]), *([shown(base[mode])] if base else [])]) for mode in modes]
     if "of_optimum" in summary:
         rows.append(row(["of the optimum (the cache's best / the best found)", f"{summary['of_optimum']:.3f}"]))

@@ -114,6 +114,7 @@ def test_the_report_opens_with_the_best_configuration_beside_the_default_and_the
     assert "<tr><td>speedup</td><td>time 1.75x</td></tr>" in html
     assert "<tr><td><b>bx</b></td><td><b>128</b></td><td><b>32</b></td></tr>" in html       # the knob that changed
     assert "<tr><td>tile</td><td>1</td><td>1</td></tr>" in html
+    assert f"<tr><td>found by</td><td colspan='2'>study:{searched['study']}</td></tr>" in html
     out = service.report(ctx)
     page = (tmp_path / out["path"]).read_text()
     assert "summary" in out["sections"] and page.index("<h2>The best configuration</h2>") < page.index("<h2>Convergence")
@@ -135,7 +136,7 @@ def test_the_summary_runs_no_program_for_a_default_the_history_lacks(tmp_path, m
     summary = service.report_info(ctx)["summary"]
     assert summary["best"]["plan"] == {"a": 3} and summary["best"]["time"] == 7
     assert "baseline" not in summary and "speedup" not in summary and (tmp_path / "runs.log").read_text() == ".."
-    assert report.summary_html(summary, "ms").count("<td>") == 4          # the value and the knob, each with its name
+    assert report.summary_html(summary, "ms").count("<td") == 6           # the finder, the value and the knob, each named
     service.bounded_exhaustive_search(ctx, "all")                       # the default measured: its run, and no other
     summary = service.report_info(ctx)["summary"]
     assert summary["baseline"]["time"] == 9 and summary["speedup"] == {"time": round(9 / 7, 3)}
@@ -440,7 +441,7 @@ def test_the_report_renders_every_figure_in_headless_chromium(searched):
     marginals = sum(1 for size in SPACE.sizes if size > 1)
     assert headings - 1 == len(plots) == 1 + 1 + 1 + 2 + 1 + marginals    # the summary, then convergence, importance,
                                                                             # failures, trace x2, scatter, marginals
-    assert summary_rows == 1 + 2 + 1 + len(SPACE.knobs)                 # the heads, dev and final, the speedup, every knob
+    assert summary_rows == 2 + 2 + 1 + len(SPACE.knobs)     # the heads and the finder, dev and final, the speedup, every knob
     assert all(count > 0 for count in plots)
     scale = {"k": 1e3, "M": 1e6}                        # the convergence's log axis: round numbers in full, in order
     ticks = [float(t.rstrip("kM")) * scale.get(t[-1], 1) for t in labels]      # (not a decade's digits: 2 5 100k 2 5 1M)
