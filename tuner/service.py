@@ -284,19 +284,28 @@ def _plan(ctx: Context, ref: str | dict[str, Any] | None) -> tuple[Config, str]:
 def _measure(ctx: Context, plan: Plan, recorded: bool = False) -> dict[str, dict[str, Any]]:
     """:func:`tuner.gate.measure` of ``plan``, once per context: a call that looks at the same plan (the current
     plan, a fixture) several times, as the main job does, runs the objective once for it. With ``recorded``, the
-    history's evaluations of the plan where it holds one in every mode: a look at the history runs no benchmark
-    that the history has answered (and values the plan as it values the searches' plans: a run killed at a shorter
-    time limit is measured again)."""
+    history's evaluations of the plan where it holds one in every mode (:func:`_held`): a look at the history runs no
+    benchmark that the history has answered (and values the plan as it values the searches' plans: a run killed at a
+    shorter time limit is measured again)."""
+    if recorded and (held := _held(ctx, plan)) is not None:
+        return held
+    key = ctx.objective.space.hash(plan)
+    if key not in ctx.measured:
+        ctx.measured[key] = gate.measure(ctx.objective, plan)
+    return ctx.measured[key]
+
+
+def _held(ctx: Context, plan: Plan) -> dict[str, dict[str, Any]] | None:
+    """What this context measured of ``plan``, else the history's evaluations of it where it holds one in every mode
+    (kept for the context), else ``None``: nothing is run."""
     space = ctx.objective.space
     key = space.hash(plan)
-    if key not in ctx.measured and recorded:
+    if key not in ctx.measured:
         rows = {m: ctx.history.scored(ctx.objective, m, space.encode(plan)[None], measure=False).get(key) for m in ctx.objective.modes}
         if all(rows.values()):
             ctx.measured[key] = {m: {"best_cycles": number(r.cycles), "correct": r.correct, "max_abs": r.max_abs}
                                  for m, r in rows.items()}
-    if key not in ctx.measured:
-        ctx.measured[key] = gate.measure(ctx.objective, plan)
-    return ctx.measured[key]
+    return ctx.measured.get(key)
 
 
 # --- scoring and inspection -------------------------------------------------------------------
@@ -957,17 +966,16 @@ def _summary(ctx: Context, best: dict[str, Any], baseline: dict[str, Any] | None
     """The report's summary: ``best`` (the best verified configuration: the winner) beside ``baseline`` (default: the
     current plan or the space's default), and the speedup in each mode. A program is not run for it: a default the
     history does not hold is left out."""
-    space, modes = ctx.objective.space, ctx.objective.modes
+    modes = ctx.objective.modes
     summary: dict[str, Any] = {"modes": list(modes), "best": {k: best[k] for k in ("source", "plan_hash", "plan", *modes)}}
     if ctx.objective.optimum is not None:                       # a replayed cache: its best is known
         summary["of_optimum"] = of_optimum(ctx.objective.optimum, best[modes[0]])
     if baseline is None:
         current, label = _plan(ctx, None)
-        key = space.hash(current)
-        if not ctx.is_plan and runs_program(ctx.objective) and not all(      # (the tensor plan's: compare_history measured it)
-                ctx.history.scored(ctx.objective, m, space.encode(current)[None], measure=False).get(key) for m in modes):
+        by_program = not ctx.is_plan and runs_program(ctx.objective)      # (the tensor plan's: compare_history measured it)
+        if (metrics := _held(ctx, current) if by_program else _measure(ctx, current, recorded=True)) is None:
             return summary
-        baseline = _plan_row(ctx, label, current, _measure(ctx, current, recorded=True))
+        baseline = _plan_row(ctx, label, current, metrics)
     speedup = {m: round(baseline[m] / best[m], 3) for m in modes if baseline[m] is not None and best[m]}
     return summary | {"baseline": baseline, "speedup": speedup}
 
