@@ -972,8 +972,8 @@ def _summary(ctx: Context, best: dict[str, Any], baseline: dict[str, Any] | None
         summary["of_optimum"] = of_optimum(ctx.objective.optimum, best[modes[0]])
     if baseline is None:
         current, label = _plan(ctx, None)
-        by_program = not ctx.is_plan and runs_program(ctx.objective)      # (the tensor plan's: compare_history measured it)
-        if (metrics := _held(ctx, current) if by_program else _measure(ctx, current, recorded=True)) is None:
+        # a program's default only as held (kernel_plan.json is: compare_history measured it to choose the winner)
+        if (metrics := _held(ctx, current) if runs_program(ctx.objective) else _measure(ctx, current, recorded=True)) is None:
             return summary
         baseline = _plan_row(ctx, label, current, metrics)
     speedup = {m: round(baseline[m] / best[m], 3) for m in modes if baseline[m] is not None and best[m]}
